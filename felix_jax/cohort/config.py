@@ -1,0 +1,86 @@
+"""Configuration of clients' local work (frozen, hashable: used as a jit static)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+import numpy as np
+import optax
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalTrainConfig:
+    """How a client trains (REFERENCE.md: CIFAR-10 uses 1 epoch, batch 32, SGD 0.04).
+
+    ``mode='epochs'``: ``local_epochs`` passes over the client's own data, each a
+    fresh permutation cut into ``steps_per_epoch`` batches; with ``drop_last`` the
+    last partial batch is dropped (the paper's loader), except that a client with
+    fewer samples than a batch still takes one masked step over all its samples
+    (otherwise it could never contribute). ``mode='steps'``: exactly
+    ``local_steps`` steps, cycling through epochs of the client's data the same way.
+    """
+
+    batch_size: int = 32
+    learning_rate: float = 0.04
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    mode: Literal["epochs", "steps"] = "epochs"
+    local_epochs: int = 1
+    local_steps: int = 5
+    drop_last: bool = True
+    augment: bool = False  # random crop (pad 4) + horizontal flip, images only
+
+    def __post_init__(self):
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.mode not in ("epochs", "steps"):
+            raise ValueError(f"mode must be 'epochs' or 'steps', got {self.mode!r}")
+        if self.mode == "epochs" and self.local_epochs < 1:
+            raise ValueError(f"local_epochs must be >= 1, got {self.local_epochs}")
+        if self.mode == "steps" and self.local_steps < 1:
+            raise ValueError(f"local_steps must be >= 1, got {self.local_steps}")
+        if self.learning_rate <= 0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
+
+    def optimizer(self) -> optax.GradientTransformation:
+        """The client's optimizer as an optax transformation."""
+        sgd = optax.sgd(self.learning_rate, momentum=self.momentum or None)
+        if self.weight_decay:
+            return optax.chain(optax.add_decayed_weights(self.weight_decay), sgd)
+        return sgd
+
+    def steps_per_epoch(self, counts):
+        """Batches per epoch for clients with ``counts`` samples (numpy or jnp)."""
+        b = self.batch_size
+        if isinstance(counts, np.ndarray) or np.isscalar(counts):
+            full = np.asarray(counts) // b if self.drop_last else -(-np.asarray(counts) // b)
+            return np.maximum(full, 1)
+        import jax.numpy as jnp
+
+        full = counts // b if self.drop_last else -(-counts // b)
+        return jnp.maximum(full, 1)
+
+    def num_steps(self, counts):
+        """Total local steps of a training task for clients with ``counts`` samples."""
+        if self.mode == "steps":
+            return np.full(np.shape(counts), self.local_steps, np.int32)
+        return (self.steps_per_epoch(np.asarray(counts)) * self.local_epochs).astype(np.int32)
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalEvalConfig:
+    """An eval task: a forward pass over ``max_batches`` batches of the client's data.
+
+    ``max_batches=None`` evaluates all of the client's samples; ``max_batches=1`` is
+    the FeLiX code's utility probe (one shuffled batch of 32 before any step).
+    """
+
+    batch_size: int = 32
+    max_batches: int | None = None
+
+    def num_batches(self, counts) -> np.ndarray:
+        full = -(-np.asarray(counts) // self.batch_size)
+        if self.max_batches is not None:
+            full = np.minimum(full, self.max_batches)
+        return np.maximum(full, 1).astype(np.int32)

@@ -1,0 +1,243 @@
+"""The cohort engine: many clients' local training / evaluation in one device call.
+
+Host side: bucket the flush (``buckets.py``), pad each bucket to a power-of-two
+task count, call one jitted function per bucket, put results back in task order.
+Device side: per task, gather the start parameters from the version store by
+slot, derive the task key as ``fold_in(base_key, task_id)``, and run
+``local_train`` / ``local_eval`` under the execution plan (vmap / lax.map /
+chunks). Padded tasks take zero steps and are sliced off: they change no result.
+
+``backend='debug'`` runs the very same per-client functions un-jitted, one task
+at a time in Python: the reference for parity tests (fedjax's debug backend).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from functools import partial
+from typing import Literal, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..data.federated import FederatedData
+from ..models.base import Model, Params
+from .buckets import plan_buckets
+from .config import LocalEvalConfig, LocalTrainConfig
+from .local import EvalResult, TrainResult, local_eval, local_train
+from .plan import ExecutionPlan, auto_plan, run_plan
+from .stats import LossStats
+
+
+class CohortTrainOutput(NamedTuple):
+    """Results of a flush of training tasks, in the order the tasks were given."""
+
+    delta: Params  # leaves (n, ...) on the device
+    first_batch: LossStats  # numpy (n,) each
+    all_steps: LossStats  # numpy (n,) each
+    num_steps: np.ndarray  # (n,) int32
+
+
+class CohortEvalOutput(NamedTuple):
+    stats: LossStats  # numpy (n,) each
+    correct: np.ndarray  # (n,) float32
+
+
+@dataclasses.dataclass
+class CallRecord:
+    kind: str  # "train" or "eval"
+    num_tasks: int  # real tasks
+    padded_tasks: int  # power-of-two bucket size
+    length: int  # scan length
+    useful_work: int  # sum of real tasks' steps / batches
+    seconds: float  # host wall time incl. device sync
+    compiled: bool  # first call with this shape
+
+
+def _stats_to_host(stats: LossStats, idx: np.ndarray) -> LossStats:
+    return LossStats(*(np.asarray(v)[idx] for v in stats))
+
+
+class CohortEngine:
+    """Runs padded batches of client tasks; see the module docstring."""
+
+    def __init__(self, model: Model, data: FederatedData, train_cfg: LocalTrainConfig,
+                 eval_cfg: LocalEvalConfig | None = None, *, seed: int = 0,
+                 backend: Literal["jit", "debug"] = "jit", plan: ExecutionPlan | str | None = None,
+                 max_tasks_per_call: int = 256):
+        if backend not in ("jit", "debug"):
+            raise ValueError(f"backend must be 'jit' or 'debug', got {backend!r}")
+        self.model = model
+        self.data = data
+        self.train_cfg = train_cfg
+        self.eval_cfg = eval_cfg or LocalEvalConfig(batch_size=train_cfg.batch_size)
+        self.backend = backend
+        self.plan = ExecutionPlan.parse(plan) if isinstance(plan, str) else (plan or auto_plan())
+        self.max_tasks_per_call = max_tasks_per_call
+        self.base_key = jax.random.key(seed)
+        self.counts = np.asarray(jax.device_get(data.counts))
+        self.records: list[CallRecord] = []
+        self._seen_shapes: set[tuple] = set()
+        self._train_jit = jax.jit(partial(_train_cohort, model, train_cfg), static_argnames=("max_steps", "plan"))
+        self._eval_jit = jax.jit(partial(_eval_cohort, model, self.eval_cfg), static_argnames=("max_batches", "plan"))
+
+    # ---- host API -------------------------------------------------------------------
+    def num_train_steps(self, clients) -> np.ndarray:
+        return self.train_cfg.num_steps(self.counts[np.asarray(clients)])
+
+    def num_eval_batches(self, clients) -> np.ndarray:
+        return self.eval_cfg.num_batches(self.counts[np.asarray(clients)])
+
+    def train(self, stacked_params: Params, slots, clients, task_ids) -> CohortTrainOutput:
+        """Trains tasks (client ``clients[i]`` from store slot ``slots[i]``, key from ``task_ids[i]``)."""
+        slots, clients, task_ids = self._check(slots, clients, task_ids)
+        steps = self.num_train_steps(clients)
+        if self.backend == "debug":
+            return self._train_debug(stacked_params, slots, clients, task_ids, steps)
+        parts, order = [], []
+        for b in plan_buckets(steps, self.max_tasks_per_call):
+            args = _pad_task_args(b.num_tasks, slots[b.indices], clients[b.indices], task_ids[b.indices],
+                                  steps[b.indices])
+            out = self._timed("train", b, steps, lambda: self._train_jit(
+                stacked_params, self.data, *args, self.base_key, max_steps=b.length, plan=self.plan))
+            parts.append((out, len(b.indices)))
+            order.append(b.indices)
+        return _assemble_train(parts, np.concatenate(order))
+
+    def evaluate(self, stacked_params: Params, slots, clients, task_ids) -> CohortEvalOutput:
+        """Forward-pass eval tasks over each client's data (cheap utility refresh)."""
+        slots, clients, task_ids = self._check(slots, clients, task_ids)
+        batches = self.num_eval_batches(clients)
+        if self.backend == "debug":
+            return self._eval_debug(stacked_params, slots, clients, task_ids, batches)
+        stats_parts, correct_parts, order = [], [], []
+        for b in plan_buckets(batches, self.max_tasks_per_call):
+            args = _pad_task_args(b.num_tasks, slots[b.indices], clients[b.indices], task_ids[b.indices],
+                                  batches[b.indices])
+            out: EvalResult = self._timed("eval", b, batches, lambda: self._eval_jit(
+                stacked_params, self.data, *args, self.base_key, max_batches=b.length, plan=self.plan))
+            host = jax.device_get(out)
+            n = len(b.indices)
+            stats_parts.append(LossStats(*(np.asarray(v)[:n] for v in host.stats)))
+            correct_parts.append(np.asarray(host.correct)[:n])
+            order.append(b.indices)
+        inv = np.argsort(np.concatenate(order), kind="stable")
+        stats = LossStats(*(np.concatenate([getattr(s, f) for s in stats_parts])[inv] for f in LossStats._fields))
+        return CohortEvalOutput(stats, np.concatenate(correct_parts)[inv])
+
+    def batch_summary(self) -> dict:
+        """Achieved batch sizes, padding waste and timing over all calls so far."""
+        out = {}
+        for kind in ("train", "eval"):
+            recs = [r for r in self.records if r.kind == kind]
+            if not recs:
+                continue
+            padded = sum(r.padded_tasks * r.length for r in recs)
+            useful = sum(r.useful_work for r in recs)
+            sizes = np.array([r.num_tasks for r in recs])
+            out[kind] = {
+                "calls": len(recs),
+                "tasks": int(sizes.sum()),
+                "mean_tasks_per_call": float(sizes.mean()),
+                "p10_tasks_per_call": float(np.percentile(sizes, 10)),
+                "p90_tasks_per_call": float(np.percentile(sizes, 90)),
+                "padding_waste": 0.0 if padded == 0 else 1.0 - useful / padded,
+                "compiles": sum(r.compiled for r in recs),
+                "seconds": float(sum(r.seconds for r in recs)),
+            }
+        return out
+
+    # ---- internals ------------------------------------------------------------------
+    def _check(self, slots, clients, task_ids):
+        slots = np.asarray(slots, np.int32).reshape(-1)
+        clients = np.asarray(clients, np.int32).reshape(-1)
+        task_ids = np.asarray(task_ids, np.int32).reshape(-1)
+        if not (len(slots) == len(clients) == len(task_ids)):
+            raise ValueError(f"slots/clients/task_ids lengths differ: {len(slots)}, {len(clients)}, {len(task_ids)}")
+        if len(clients) and (clients.min() < 0 or clients.max() >= len(self.counts)):
+            raise ValueError(f"client ids must lie in [0, {len(self.counts)})")
+        return slots, clients, task_ids
+
+    def _timed(self, kind, bucket, lengths, call):
+        shape = (kind, bucket.num_tasks, bucket.length)
+        compiled = shape not in self._seen_shapes
+        self._seen_shapes.add(shape)
+        t0 = time.perf_counter()
+        out = jax.block_until_ready(call())
+        self.records.append(CallRecord(kind, len(bucket.indices), bucket.num_tasks, bucket.length,
+                                       int(np.sum(lengths[bucket.indices])), time.perf_counter() - t0, compiled))
+        return out
+
+    def _task_params(self, stacked, slot):
+        return jax.tree_util.tree_map(lambda s: s[int(slot)], stacked)
+
+    def _train_debug(self, stacked, slots, clients, task_ids, steps) -> CohortTrainOutput:
+        results = []
+        with jax.disable_jit():
+            for slot, c, tid, n in zip(slots, clients, task_ids, steps):
+                key = jax.random.fold_in(self.base_key, int(tid))
+                results.append(local_train(self.model, self.train_cfg, int(n), self._task_params(stacked, slot),
+                                           self.data, jnp.int32(c), key, jnp.int32(n)))
+        stacked_out = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *results)
+        host = jax.device_get((stacked_out.first_batch, stacked_out.all_steps, stacked_out.num_steps))
+        idx = np.arange(len(results))
+        return CohortTrainOutput(stacked_out.delta, _stats_to_host(host[0], idx), _stats_to_host(host[1], idx),
+                                 np.asarray(host[2], np.int32))
+
+    def _eval_debug(self, stacked, slots, clients, task_ids, batches) -> CohortEvalOutput:
+        results = []
+        with jax.disable_jit():
+            for slot, c, tid, n in zip(slots, clients, task_ids, batches):
+                key = jax.random.fold_in(self.base_key, int(tid))
+                results.append(local_eval(self.model, self.eval_cfg, int(n), self._task_params(stacked, slot),
+                                          self.data, jnp.int32(c), key, jnp.int32(n)))
+        host = jax.device_get(jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *results))
+        return CohortEvalOutput(LossStats(*(np.asarray(v) for v in host.stats)), np.asarray(host.correct))
+
+
+def _pad_task_args(size: int, slots, clients, task_ids, lengths):
+    """Pads task arrays to ``size``; padded tasks run zero steps (and are sliced off)."""
+    pad = size - len(clients)
+
+    def padded(a, fill):
+        return jnp.asarray(np.concatenate([a, np.full(pad, fill, a.dtype)]))
+
+    return (padded(slots, slots[0]), padded(clients, clients[0]), padded(task_ids, 0), padded(lengths, 0))
+
+
+def _assemble_train(parts, order) -> CohortTrainOutput:
+    inv = np.argsort(order, kind="stable")
+    deltas = [jax.tree_util.tree_map(lambda d: d[:n], out.delta) for out, n in parts]
+    delta = jax.tree_util.tree_map(lambda *ds: jnp.concatenate(ds), *deltas) if len(deltas) > 1 else deltas[0]
+    if len(parts) > 1 or not np.array_equal(inv, np.arange(len(inv))):
+        inv_dev = jnp.asarray(inv)
+        delta = jax.tree_util.tree_map(lambda d: d[inv_dev], delta)
+    host = jax.device_get([(out.first_batch, out.all_steps, out.num_steps) for out, _ in parts])
+    ns = [n for _, n in parts]
+
+    def cat(field_idx):
+        return LossStats(*(np.concatenate([np.asarray(h[field_idx][f])[:n] for h, n in zip(host, ns)])[inv]
+                           for f in range(3)))
+
+    num_steps = np.concatenate([np.asarray(h[2])[:n] for h, n in zip(host, ns)])[inv].astype(np.int32)
+    return CohortTrainOutput(delta, cat(0), cat(1), num_steps)
+
+
+def _train_cohort(model, cfg, stacked, data, slots, clients, task_ids, num_steps, base_key, *, max_steps,
+                  plan) -> TrainResult:
+    def one(slot, client, tid, n):
+        params = jax.tree_util.tree_map(lambda s: s[slot], stacked)
+        return local_train(model, cfg, max_steps, params, data, client, jax.random.fold_in(base_key, tid), n)
+
+    return run_plan(one, plan, (slots, clients, task_ids, num_steps))
+
+
+def _eval_cohort(model, cfg, stacked, data, slots, clients, task_ids, num_batches, base_key, *, max_batches,
+                 plan) -> EvalResult:
+    def one(slot, client, tid, n):
+        params = jax.tree_util.tree_map(lambda s: s[slot], stacked)
+        return local_eval(model, cfg, max_batches, params, data, client, jax.random.fold_in(base_key, tid), n)
+
+    return run_plan(one, plan, (slots, clients, task_ids, num_batches))

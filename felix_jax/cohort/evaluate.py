@@ -1,0 +1,58 @@
+"""Server-side test-set evaluation, chunked so a 10k-image call fits in memory.
+
+Feeds only metrics (and the stopping rule), never a selection decision, so the
+fleet may defer it and batch several model versions into one call.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..data.federated import TestSet
+from ..models.base import Model, Params
+
+
+class TestMetrics(NamedTuple):
+    accuracy: float
+    loss: float
+
+
+@partial(jax.jit, static_argnums=(0, 3))
+def _eval_chunks(model: Model, params: Params, test: TestSet, chunk: int):
+    n = test.y.shape[0]
+    num_chunks = -(-n // chunk)
+    idx = jnp.arange(num_chunks * chunk).reshape(num_chunks, chunk)
+
+    def body(carry, rows):
+        correct, loss_sum = carry
+        valid = rows < n
+        rows = jnp.minimum(rows, n - 1)
+        losses, logits = model.loss(params, test.inputs(rows), test.y[rows])
+        hit = (logits.argmax(-1) == test.y[rows]) & valid
+        return (correct + hit.sum(), loss_sum + jnp.where(valid, losses, 0.0).sum()), None
+
+    (correct, loss_sum), _ = jax.lax.scan(body, (jnp.zeros((), jnp.int32), jnp.zeros((), jnp.float32)), idx)
+    return correct, loss_sum
+
+
+def evaluate(model: Model, params: Params, test: TestSet, chunk: int = 1000) -> TestMetrics:
+    """Accuracy and mean loss of ``params`` on the whole test set."""
+    n = int(test.y.shape[0])
+    if n == 0:
+        raise ValueError("empty test set")
+    correct, loss_sum = jax.device_get(_eval_chunks(model, params, test, min(chunk, n)))
+    return TestMetrics(float(correct) / n, float(loss_sum) / n)
+
+
+def evaluate_versions(model: Model, stacked: Params, slots, test: TestSet, chunk: int = 1000) -> np.ndarray:
+    """(accuracy, loss) rows for several stored model versions (deferred metrics)."""
+    out = []
+    for s in np.asarray(slots).reshape(-1):
+        params = jax.tree_util.tree_map(lambda a: a[int(s)], stacked)
+        out.append(evaluate(model, params, test, chunk))
+    return np.array(out, dtype=np.float64).reshape(-1, 2)

@@ -1,0 +1,61 @@
+"""All data-set loaders in one place, plus a by-name entry point.
+
+Each loader returns an :class:`~felix_jax.data.dataset.ArrayDataset`:
+
+====================  ==========================================  ==================
+name                  loader                                      needs
+====================  ==========================================  ==================
+``digits``            :func:`load_digits_embedded`                nothing (sklearn)
+``cifar10``           :func:`load_cifar10_shared`                 ``$FELIX_JAX_DATA``
+``cifar10_binary``    :func:`load_cifar10_binary`                 the original tar.gz
+``cifar10_tfds``      :func:`load_cifar10_tfds`                   TensorFlow + network
+``speech_commands``   :func:`load_speech_commands_shared` (12)    ``$FELIX_JAX_DATA``
+``speech_commands35`` :func:`load_speech_commands_shared` (35)    ``$FELIX_JAX_DATA``
+``speech_commands_tfds`` :func:`load_speech_commands_tfds`        TensorFlow + network
+====================  ==========================================  ==================
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+from .cifar10 import load_cifar10_binary, load_cifar10_shared, load_cifar10_tfds
+from .dataset import ArrayDataset
+from .embedded import load_digits_embedded
+from .paths import resolve_cache_dir, resolve_data_dir
+from .speech_commands import load_speech_commands_shared, load_speech_commands_tfds
+
+LOADERS: dict[str, Callable[..., ArrayDataset]] = {
+    "digits": load_digits_embedded,
+    "cifar10": load_cifar10_shared,
+    "cifar10_binary": load_cifar10_binary,
+    "cifar10_tfds": load_cifar10_tfds,
+    "speech_commands": functools.partial(load_speech_commands_shared, labels="12"),
+    "speech_commands35": functools.partial(load_speech_commands_shared, labels="35"),
+    "speech_commands_tfds": load_speech_commands_tfds,
+}
+
+
+def load_dataset(name: str, **kwargs) -> ArrayDataset:
+    """Load a data set by its registry name (see the table above); ``kwargs`` go
+    to the loader."""
+    try:
+        loader = LOADERS[name]
+    except KeyError:
+        raise ValueError(f"unknown data set {name!r}; known: {sorted(LOADERS)}") from None
+    return loader(**kwargs)
+
+
+__all__ = [
+    "LOADERS",
+    "load_dataset",
+    "load_digits_embedded",
+    "load_cifar10_shared",
+    "load_cifar10_binary",
+    "load_cifar10_tfds",
+    "load_speech_commands_shared",
+    "load_speech_commands_tfds",
+    "resolve_data_dir",
+    "resolve_cache_dir",
+]

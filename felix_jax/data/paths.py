@@ -1,0 +1,68 @@
+"""Where felix-jax finds its offline data and keeps its caches.
+
+No machine path is hard-coded: the data folder comes from an explicit argument or
+the ``FELIX_JAX_DATA`` environment variable, and the cache folder from
+``FELIX_JAX_CACHE`` (default ``~/.cache/felix_jax``).
+
+A data folder is laid out like this (any subset may be present)::
+
+    <data_dir>/
+      cifar10/cifar10_jpeg_bytes.npz             # load_cifar10_shared
+      cifar10/cifar-10-binary.tar.gz             # load_cifar10_binary (optional)
+      speech_commands/speech_commands_v0.02_test.npz
+      traces/felix_reference_300clients.npz, traces/flash_*.json
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DATA_ENV = "FELIX_JAX_DATA"
+CACHE_ENV = "FELIX_JAX_CACHE"
+
+
+def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
+    """The data folder: ``data_dir`` if given, else ``$FELIX_JAX_DATA``.
+
+    Raises:
+      FileNotFoundError: neither is set, or the folder does not exist.
+    """
+    source = "argument data_dir"
+    if data_dir is None:
+        env = os.environ.get(DATA_ENV)
+        if not env:
+            raise FileNotFoundError(
+                "No data folder given. Pass data_dir=... or set the environment variable "
+                f"{DATA_ENV} to a folder laid out like <dir>/cifar10/cifar10_jpeg_bytes.npz, "
+                f"<dir>/speech_commands/speech_commands_v0.02_test.npz, <dir>/traces/... "
+                "(e.g. `export FELIX_JAX_DATA=/path/to/shared/data`). "
+                "load_digits_embedded() needs no data folder."
+            )
+        data_dir, source = env, f"${DATA_ENV}"
+    path = Path(data_dir).expanduser()
+    if not path.is_dir():
+        raise FileNotFoundError(f"Data folder {str(path)!r} (from {source}) does not exist or is not a folder.")
+    return path
+
+
+def data_file(relative: str, data_dir: str | os.PathLike | None = None) -> Path:
+    """``<data folder>/<relative>``, with a clear error if the file is missing."""
+    root = resolve_data_dir(data_dir)
+    path = root / relative
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"Expected data file {str(path)!r} is missing (data folder {str(root)!r}; "
+            f"set {DATA_ENV} or data_dir to a folder that contains {relative!r})."
+        )
+    return path
+
+
+def resolve_cache_dir(cache_dir: str | os.PathLike | None = None) -> Path:
+    """The cache folder (created if needed): argument, else ``$FELIX_JAX_CACHE``,
+    else ``~/.cache/felix_jax``."""
+    if cache_dir is None:
+        cache_dir = os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "felix_jax"
+    path = Path(cache_dir).expanduser()
+    path.mkdir(parents=True, exist_ok=True)
+    return path

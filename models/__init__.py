@@ -1,0 +1,12 @@
+"""Model zoo: every entry is a :class:`Model` (init, apply, loss, sizes)."""
+
+from .base import Model, count_params, make_model, params_bytes
+from .cifar_cnn import CifarCNN, cifar_cnn
+from .layers import Conv3x3, conv3x3, conv3x3_shifted, max_pool_2x2
+from .mlp import MLP, mlp
+from .speech_resnet import SpeechResNet, speech_resnet
+
+__all__ = [
+    "Model", "count_params", "make_model", "params_bytes", "CifarCNN", "cifar_cnn", "Conv3x3", "conv3x3",
+    "conv3x3_shifted", "max_pool_2x2", "MLP", "mlp", "SpeechResNet", "speech_resnet",
+]

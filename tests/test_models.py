@@ -1,0 +1,76 @@
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from felix_jax.models import cifar_cnn, conv3x3_shifted, max_pool_2x2, mlp, speech_resnet
+
+
+def test_cifar_cnn_has_the_papers_parameter_count():
+    m = cifar_cnn()
+    assert m.num_params == 537_610
+    assert m.bytes_on_wire == 537_610 * 4
+    assert cifar_cnn("flax").num_params == 537_610
+
+
+def test_speech_resnet_parameter_count_is_stated_exactly():
+    assert speech_resnet(num_classes=35).num_params == 7_258_147
+    assert speech_resnet(num_classes=12).num_params == 7_244_876
+
+
+def test_mlp_parameter_count():
+    # 4*32 + 32 + 32*10 + 10
+    assert mlp((4,), hidden=(32,)).num_params == 490
+
+
+@pytest.mark.parametrize("stride,padding", [(1, "VALID"), (1, "SAME"), (2, "SAME"), (2, "VALID")])
+@pytest.mark.parametrize("hw", [(11, 9), (12, 8)])
+def test_shifted_conv_equals_lax_conv(stride, padding, hw):
+    kx, kk, kb = jax.random.split(jax.random.key(0), 3)
+    x = jax.random.normal(kx, (2,) + hw + (5,))
+    kernel = jax.random.normal(kk, (3, 3, 5, 7))
+    bias = jax.random.normal(kb, (7,))
+    want = jax.lax.conv_general_dilated(x, kernel, (stride, stride), padding,
+                                        dimension_numbers=("NHWC", "HWIO", "NHWC")) + bias
+    chex.assert_trees_all_close(conv3x3_shifted(x, kernel, bias, stride, padding), want, atol=1e-4, rtol=1e-4)
+
+
+def test_max_pool_floor_mode():
+    x = jnp.arange(2 * 5 * 5 * 1, dtype=jnp.float32).reshape(2, 5, 5, 1)
+    y = max_pool_2x2(x)
+    assert y.shape == (2, 2, 2, 1)
+    assert float(y[0, 0, 0, 0]) == 6.0  # max of x[0, 0:2, 0:2] = 6 (row 1, col 1)
+
+
+def test_cnn_shift_formulation_equals_plain_flax_model_outputs_and_grads():
+    fast, plain = cifar_cnn("shift"), cifar_cnn("flax")
+    params = jax.jit(plain.init)(jax.random.key(1))
+    chex.assert_trees_all_equal_shapes(params, fast.init(jax.random.key(1)))
+    x = jax.random.normal(jax.random.key(2), (4, 32, 32, 3))
+    y = jnp.array([0, 3, 9, 1])
+    chex.assert_trees_all_close(jax.jit(fast.apply)(params, x), jax.jit(plain.apply)(params, x),
+                                atol=1e-4, rtol=1e-4)
+    g_fast = jax.jit(jax.grad(lambda p: fast.loss(p, x, y)[0].mean()))(params)
+    g_plain = jax.jit(jax.grad(lambda p: plain.loss(p, x, y)[0].mean()))(params)
+    chex.assert_trees_all_close(g_fast, g_plain, atol=1e-4, rtol=1e-3)
+
+
+@pytest.mark.slow
+def test_speech_resnet_forward_shape_and_formulations_agree():
+    fast, plain = speech_resnet((24, 16), 12, "shift"), speech_resnet((24, 16), 12, "flax")
+    params = jax.jit(plain.init)(jax.random.key(0))
+    x = jax.random.normal(jax.random.key(1), (2, 24, 16))
+    out = jax.jit(fast.apply)(params, x)
+    chex.assert_shape(out, (2, 12))
+    chex.assert_trees_all_close(out, jax.jit(plain.apply)(params, x), atol=1e-3, rtol=1e-3)
+
+
+def test_loss_is_per_sample_cross_entropy():
+    m = mlp((3,), num_classes=4, hidden=(5,))
+    params = m.init(jax.random.key(0))
+    x = jax.random.normal(jax.random.key(1), (6, 3))
+    y = jnp.array([0, 1, 2, 3, 0, 1])
+    losses, logits = m.loss(params, x, y)
+    want = -np.take_along_axis(np.asarray(jax.nn.log_softmax(logits)), np.asarray(y)[:, None], 1)[:, 0]
+    np.testing.assert_allclose(np.asarray(losses), want, rtol=1e-5)

@@ -1,0 +1,570 @@
+"""Per-client availability traces over three tiers (DESIGN.md layer 2).
+
+Host-only (numpy). A trace is, per client, a sorted list of state changes over the
+three FeLiX tiers (paper Sec. 3.2, TierTrack; REFERENCE.md "TierTrack"):
+
+* ``AVL_TRAIN``: may train and evaluate (e.g. charging and on Wi-Fi),
+* ``AVL_EVAL``: may only evaluate (e.g. not charging, battery above a threshold),
+* ``UN_AVL``: cannot participate.
+
+Strategies that do not use the eval tier (every baseline of the paper's Table 1)
+treat ``AVL_EVAL`` as not trainable, i.e. a client may train iff its state is
+``AVL_TRAIN``; no separate two-state view is built.
+
+Semantics (the same as the shared reference traces, data/README.md):
+
+* a row ``(time, state)`` means the client is in ``state`` from ``time`` (inclusive)
+  until its next row: exactly at a change time the new state applies;
+* rows of one client that share a time apply in file order, the last one wins;
+* every client has a row at ``t = 0`` (its initial state);
+* after the end of the trace (``duration_s``) the policy ``beyond_end`` applies:
+  ``"hold"`` keeps each client's last state forever, ``"repeat"`` repeats the trace
+  with period ``duration_s`` (or a per-client period, ``client_duration_s``, as in
+  FedScale's ``finish_time``): the state at ``t`` is the state at ``t mod period``,
+  so rows at or after the period end are never reached.
+
+Storage is CSR-like: client ``c``'s rows are ``times[offsets[c]:offsets[c+1]]``.
+All queries are vectorized over clients: a batched binary search inside each
+client's own row range (``log2(rows per client)`` vector steps, exact on float
+times), so they scale to millions of clients and give the same answer whatever the
+order in which clients are asked for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+
+BeyondEnd = Literal["hold", "repeat"]
+BEYOND_END_POLICIES: tuple[str, ...] = ("hold", "repeat")
+
+
+class Tier(enum.IntEnum):
+    """Client availability tier; codes match the shared ``*_state`` arrays."""
+
+    UN_AVL = 0
+    AVL_EVAL = 1
+    AVL_TRAIN = 2
+
+    @classmethod
+    def parse(cls, value: int | str) -> "Tier":
+        """Tier from its code (``2``, ``"2"``) or name (``"AVL_TRAIN"``, any case)."""
+        if isinstance(value, str):
+            text = value.strip()
+            if text.lstrip("+-").isdigit():
+                value = int(text)
+            else:
+                try:
+                    return cls[text.upper()]
+                except KeyError:
+                    raise ValueError(
+                        f"unknown tier name {value!r}; expected one of "
+                        f"{[t.name for t in cls]} or a code {[int(t) for t in cls]}"
+                    ) from None
+        try:
+            if int(value) != value:
+                raise ValueError
+            return cls(int(value))
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"unknown tier code {value!r}; expected one of {[int(t) for t in cls]}"
+            ) from None
+
+
+_VALID_STATES = np.array([int(t) for t in Tier], dtype=np.int8)
+# Rows per chunk of (times x clients) work in fraction_in_state: bounds memory.
+_CHUNK_ELEMENTS = 1 << 22
+
+
+def _as_1d(name: str, value, dtype) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
+    return arr.astype(dtype, copy=False)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class AvailabilityTrace:
+    """Per-client sorted tier changes (CSR layout); immutable and validated.
+
+    Attributes:
+      num_clients: number of clients ``N``; clients are indices ``0..N-1``.
+      times: float64 (E,) change times in seconds from the trace start, sorted
+        within each client (non-decreasing; equal times apply in row order).
+      states: int8 (E,) the tier entered at each row (``Tier`` codes).
+      offsets: int64 (N+1,) client ``c`` owns rows ``offsets[c]:offsets[c+1]``;
+        every client has at least one row and its first row is at ``t = 0``.
+      duration_s: end of the trace in seconds (>= every row time); the period
+        under ``beyond_end="repeat"``.
+      beyond_end: ``"hold"`` (keep the last state) or ``"repeat"`` (periodic).
+      client_duration_s: optional float64 (N,) per-client end / period (FedScale's
+        per-client ``finish_time``); ``None`` means ``duration_s`` for everyone.
+      client_ids: optional int64 (N,) external ids of the clients (e.g. 1..300 in
+        the shared reference file); ``None`` means the ids are the indices.
+
+    Direct construction expects CSR arrays; ``from_rows`` and ``from_client_lists``
+    build them from flat rows or per-client lists.
+    """
+
+    num_clients: int
+    times: np.ndarray
+    states: np.ndarray
+    offsets: np.ndarray
+    duration_s: float
+    beyond_end: BeyondEnd = "hold"
+    client_duration_s: np.ndarray | None = None
+    client_ids: np.ndarray | None = None
+
+    # ------------------------------------------------------------------ build
+    def __post_init__(self):
+        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 (frozen)
+        n = int(self.num_clients)
+        if n < 0:
+            raise ValueError(f"num_clients must be >= 0, got {self.num_clients}")
+        set_("num_clients", n)
+        times = _as_1d("times", self.times, np.float64)
+        states_raw = np.asarray(self.states)
+        offsets = _as_1d("offsets", self.offsets, np.int64)
+        if states_raw.ndim != 1 or states_raw.shape[0] != times.shape[0]:
+            raise ValueError(
+                f"ragged input: times has shape {times.shape} but states has shape "
+                f"{states_raw.shape}; they must be parallel 1-D arrays"
+            )
+        if offsets.shape != (n + 1,):
+            raise ValueError(
+                f"offsets must have shape ({n + 1},) for {n} clients, got {offsets.shape}"
+            )
+        if offsets[0] != 0 or offsets[-1] != times.shape[0]:
+            raise ValueError(
+                f"offsets must start at 0 and end at the number of rows "
+                f"({times.shape[0]}), got {offsets[0]} and {offsets[-1]}"
+            )
+        counts = np.diff(offsets)
+        if np.any(counts < 1):
+            bad = np.flatnonzero(counts < 1)
+            raise ValueError(
+                f"every client needs at least one row (its state at t=0); clients "
+                f"{bad[:10].tolist()} have none (offsets must be increasing)"
+            )
+        if not np.all(np.isfinite(times)):
+            raise ValueError("times must be finite (no NaN or inf)")
+        if times.size and times.min() < 0:
+            bad = int(np.argmin(times))
+            raise ValueError(f"negative time {times[bad]} at row {bad}; times must be >= 0")
+        if np.issubdtype(states_raw.dtype, np.integer):  # codes are 0..2: a range check
+            unknown = (states_raw < _VALID_STATES[0]) | (states_raw > _VALID_STATES[-1])
+        else:
+            unknown = ~np.isin(states_raw, _VALID_STATES)
+        if np.any(unknown):
+            bad = int(np.flatnonzero(unknown)[0])
+            raise ValueError(
+                f"unknown state code {states_raw[bad]!r} at row {bad}; valid codes are "
+                f"{ {t.name: int(t) for t in Tier} }"
+            )
+        states = states_raw.astype(np.int8)
+        row_client = np.repeat(np.arange(n, dtype=np.int64), counts)
+        same_client = row_client[1:] == row_client[:-1]
+        backwards = same_client & (times[1:] < times[:-1])
+        if np.any(backwards):
+            bad = int(np.flatnonzero(backwards)[0]) + 1
+            raise ValueError(
+                f"unsorted times within client {row_client[bad]}: row {bad} has time "
+                f"{times[bad]} after {times[bad - 1]}"
+            )
+        first_times = times[offsets[:-1]]
+        if np.any(first_times != 0):
+            bad = int(np.flatnonzero(first_times != 0)[0])
+            raise ValueError(
+                f"client {bad} has no row at t=0 (first row at {first_times[bad]}); every "
+                f"client needs an initial state (from_rows can insert one)"
+            )
+        if self.beyond_end not in BEYOND_END_POLICIES:
+            raise ValueError(
+                f"beyond_end must be one of {BEYOND_END_POLICIES}, got {self.beyond_end!r}"
+            )
+        duration = float(self.duration_s)
+        if not np.isfinite(duration) or duration < 0:
+            raise ValueError(f"duration_s must be finite and >= 0, got {self.duration_s}")
+        if self.client_duration_s is None:
+            period = np.full(n, duration)
+        else:
+            period = _as_1d("client_duration_s", self.client_duration_s, np.float64)
+            if period.shape != (n,):
+                raise ValueError(
+                    f"client_duration_s must have shape ({n},), got {period.shape}"
+                )
+            if not np.all(np.isfinite(period)) or np.any(period < 0):
+                raise ValueError("client_duration_s must be finite and >= 0")
+            if np.any(period > duration):
+                raise ValueError("client_duration_s must not exceed duration_s")
+            set_("client_duration_s", period)
+        if self.beyond_end == "hold":
+            last_times = times[offsets[1:] - 1] if n else np.zeros(0)
+            if np.any(last_times > period):
+                bad = int(np.flatnonzero(last_times > period)[0])
+                raise ValueError(
+                    f"client {bad} has a row at {last_times[bad]} s, after the trace end "
+                    f"{period[bad]} s; raise duration_s"
+                )
+        elif np.any(period <= 0):
+            raise ValueError('beyond_end="repeat" needs a positive duration_s (period)')
+        if self.client_ids is not None:
+            ids = _as_1d("client_ids", self.client_ids, np.int64)
+            if ids.shape != (n,) or np.unique(ids).size != n:
+                raise ValueError(f"client_ids must be {n} distinct integers")
+            set_("client_ids", ids)
+        set_("times", times)
+        set_("states", states)
+        set_("offsets", offsets)
+        set_("duration_s", duration)
+        set_("_period", period)
+        self._build_changes(row_client)
+
+    def _build_changes(self, row_client: np.ndarray) -> None:
+        """Compact the rows into real changes (used by every query).
+
+        Drops unreachable rows (under "repeat": at or after the period), keeps only
+        the last row of each same-time group (the last one wins), then drops rows
+        that repeat the previous state. The first row of each client (t=0) stays.
+        """
+        t, s, c = self.times, self.states, row_client
+        # Each step copies only when it drops something (generators emit compact rows).
+        if self.beyond_end == "repeat":
+            keep = t < self._period[c]
+            if not keep.all():
+                t, s, c = t[keep], s[keep], c[keep]
+        last_of_tie = np.ones(t.shape[0], dtype=bool)
+        np.not_equal(t[1:], t[:-1], out=last_of_tie[:-1])
+        last_of_tie[:-1] |= c[1:] != c[:-1]
+        if not last_of_tie.all():
+            t, s, c = t[last_of_tie], s[last_of_tie], c[last_of_tie]
+        change = np.ones(t.shape[0], dtype=bool)
+        np.not_equal(s[1:], s[:-1], out=change[1:])
+        change[1:] |= c[1:] != c[:-1]
+        if not change.all():
+            t, s, c = t[change], s[change], c[change]
+        offsets = np.zeros(self.num_clients + 1, dtype=np.int64)
+        np.cumsum(np.bincount(c, minlength=self.num_clients), out=offsets[1:])
+        object.__setattr__(self, "_ct", t)
+        object.__setattr__(self, "_cs", s)
+        object.__setattr__(self, "_co", offsets)
+
+    def _search_right(self, c: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Index of each client's first real change with time > t (or its end).
+
+        A batched binary search over the compact rows ``_co[c]:_co[c+1]``;
+        elementwise over the (broadcast) arrays ``c`` and ``t``.
+        """
+        ct = self._ct
+        last = max(ct.shape[0] - 1, 0)
+        lo = self._co[c]
+        n = self._co[c + 1] - lo
+        while n.any():
+            half = n >> 1
+            mid = lo + half
+            go = (ct[np.minimum(mid, last)] <= t) & (n > 0)
+            lo = np.where(go, mid + 1, lo)
+            n = np.where(go, n - half - 1, half)
+        return lo
+
+    @classmethod
+    def from_rows(
+        cls,
+        client,
+        time_s,
+        state,
+        *,
+        num_clients: int | None = None,
+        duration_s: float | None = None,
+        beyond_end: BeyondEnd = "hold",
+        initial_state: Tier | int | None = Tier.UN_AVL,
+        client_duration_s=None,
+        client_ids=None,
+    ) -> "AvailabilityTrace":
+        """Build from flat parallel rows ``(client index, time, state)`` in any order.
+
+        Rows are sorted stably by (client, time), so rows sharing a client and a
+        time keep their given order (the last one wins). Initial-state rule: a
+        client without a row at ``t = 0`` gets one with ``initial_state`` (default
+        ``UN_AVL``: a client is unavailable until it first reports); pass
+        ``initial_state=None`` to raise instead. Clients ``0..num_clients-1`` with no
+        row at all get just that initial row. ``duration_s`` defaults to the last
+        row time.
+        """
+        client = _as_1d("client", client, np.int64)
+        time_s = _as_1d("time_s", time_s, np.float64)
+        state = np.asarray(state)
+        if not (client.shape == time_s.shape == state.shape):
+            raise ValueError(
+                f"ragged input: client {client.shape}, time_s {time_s.shape} and state "
+                f"{state.shape} must have the same length"
+            )
+        if num_clients is None:
+            num_clients = int(client.max()) + 1 if client.size else 0
+        if client.size and (client.min() < 0 or client.max() >= num_clients):
+            raise ValueError(f"client indices must lie in [0, {num_clients})")
+        has_zero = np.zeros(num_clients, dtype=bool)
+        has_zero[client[time_s == 0]] = True
+        missing = np.flatnonzero(~has_zero)
+        if missing.size:
+            if initial_state is None:
+                raise ValueError(
+                    f"clients {missing[:10].tolist()} have no row at t=0 and "
+                    f"initial_state=None"
+                )
+            init = int(Tier.parse(initial_state))
+            # Inserted rows go first so that a given row at t=0 would still win.
+            client = np.concatenate([missing, client])
+            time_s = np.concatenate([np.zeros(missing.size), time_s])
+            state = np.concatenate([np.full(missing.size, init, dtype=np.int64), state])
+        order = np.lexsort((time_s, client))
+        offsets = np.zeros(num_clients + 1, dtype=np.int64)
+        np.cumsum(np.bincount(client, minlength=num_clients), out=offsets[1:])
+        if duration_s is None:
+            duration_s = float(time_s.max()) if time_s.size else 0.0
+            if client_duration_s is not None:
+                duration_s = max(duration_s, float(np.max(client_duration_s, initial=0.0)))
+        return cls(
+            num_clients=num_clients,
+            times=time_s[order],
+            states=state[order],
+            offsets=offsets,
+            duration_s=duration_s,
+            beyond_end=beyond_end,
+            client_duration_s=client_duration_s,
+            client_ids=client_ids,
+        )
+
+    @classmethod
+    def from_client_lists(
+        cls,
+        times: Sequence[Sequence[float]],
+        states: Sequence[Sequence[int | str]],
+        **kwargs,
+    ) -> "AvailabilityTrace":
+        """Build from per-client lists: ``times[c]`` and ``states[c]`` in time order.
+
+        Each client's times must be non-decreasing (a ValueError names the client);
+        states may be codes or names. The initial-state rule of ``from_rows``
+        applies (a missing t=0 row gets ``initial_state``, default ``UN_AVL``).
+        """
+        if len(times) != len(states):
+            raise ValueError(
+                f"ragged input: {len(times)} time lists but {len(states)} state lists"
+            )
+        lengths = np.array([len(t) for t in times], dtype=np.int64)
+        for c, (t, s) in enumerate(zip(times, states)):
+            if len(t) != len(s):
+                raise ValueError(
+                    f"ragged input: client {c} has {len(t)} times but {len(s)} states"
+                )
+        flat_t = np.concatenate([np.asarray(t, np.float64) for t in times] or [np.zeros(0)])
+        flat_s = np.array(
+            [int(Tier.parse(x)) if isinstance(x, str) else x for s in states for x in s],
+            dtype=np.int64,
+        )
+        client = np.repeat(np.arange(len(times), dtype=np.int64), lengths)
+        backwards = (client[1:] == client[:-1]) & (flat_t[1:] < flat_t[:-1])
+        if np.any(backwards):
+            c = int(client[np.flatnonzero(backwards)[0] + 1])
+            raise ValueError(f"unsorted times within client {c}: {list(times[c])}")
+        kwargs.setdefault("num_clients", len(times))
+        return cls.from_rows(client, flat_t, flat_s, **kwargs)
+
+    # ---------------------------------------------------------------- queries
+    def _client_index(self, clients) -> np.ndarray:
+        if clients is None:
+            return np.arange(self.num_clients, dtype=np.int64)
+        c = np.asarray(clients)
+        if not np.issubdtype(c.dtype, np.integer):
+            raise ValueError(f"clients must be integer indices, got dtype {c.dtype}")
+        c = c.astype(np.int64, copy=False)
+        if c.size and (c.min() < 0 or c.max() >= self.num_clients):
+            raise ValueError(f"client indices must lie in [0, {self.num_clients})")
+        return c
+
+    def _query(self, t, clients) -> tuple[np.ndarray, np.ndarray]:
+        c = self._client_index(clients)
+        t = np.asarray(t, dtype=np.float64)
+        if np.any(np.isnan(t)) or np.any(t < 0):
+            raise ValueError("query times must be >= 0 and not NaN")
+        c, t = np.broadcast_arrays(c, t)
+        return c, t
+
+    def state_at(self, t, clients=None) -> np.ndarray:
+        """Tier of each client at time ``t`` (int8, ``Tier`` codes).
+
+        ``t`` is a scalar or an array broadcast against ``clients`` (default: all
+        clients, shape (N,)); e.g. ``state_at(ts[:, None])`` gives a (T, N) matrix.
+        At exactly a change time the new state applies; same-time rows: last wins.
+        """
+        c, t = self._query(t, clients)
+        if self.beyond_end == "repeat":
+            t = np.mod(t, self._period[c])
+        return self._cs[self._search_right(c, t) - 1]
+
+    def next_change_after(self, t, clients=None) -> tuple[np.ndarray, np.ndarray]:
+        """Next real state change strictly after ``t``: ``(time_s, new_state)``.
+
+        Rows that repeat the current state are skipped. Where no change ever comes
+        (``hold`` after the last change, or a constant client) the time is ``inf``
+        and the state is the (unchanging) current state. Under ``repeat`` the change
+        may lie in a later period, including the wrap to the t=0 state at a period
+        boundary when the period ends in a different state. The returned time is
+        always > ``t`` (float rounding of ``k * period + offset`` is guarded).
+        """
+        c, t = self._query(t, clients)
+        ct, cs, co = self._ct, self._cs, self._co
+        first, end = co[c], co[c + 1]
+        if self.beyond_end == "hold":
+            j = self._search_right(c, t)
+            has = j < end
+            jj = np.where(has, j, end - 1)
+            time = np.where(has, ct[jj], np.inf)
+            state = np.where(has, cs[jj], cs[j - 1])
+            return time, state.astype(np.int8)
+        period = self._period[c]
+        k, local = np.divmod(t, period)
+        j = self._search_right(c, local)
+        within = j < end
+        jj = np.where(within, j, end - 1)
+        last_state, init_state = cs[end - 1], cs[first]
+        wraps_to_change = init_state != last_state
+        second = np.minimum(first + 1, end - 1)
+        has_second = end - first > 1
+        time = np.where(
+            within,
+            k * period + ct[jj],
+            np.where(
+                wraps_to_change,
+                (k + 1) * period,
+                np.where(has_second, (k + 1) * period + ct[second], np.inf),
+            ),
+        )
+        state = np.where(
+            within,
+            cs[jj],
+            np.where(wraps_to_change, init_state, np.where(has_second, cs[second], last_state)),
+        )
+        time = np.where(time <= t, np.nextafter(t, np.inf), time)
+        return time, state.astype(np.int8)
+
+    def changes_between(self, t0: float, t1: float, clients=None):
+        """All real changes with ``t0 < time <= t1``, sorted by (time, client).
+
+        Returns ``(client, time_s, state)`` arrays. Loops over change *rounds*
+        (at most the largest number of changes one client has in the window), each
+        round vectorized over clients. Useful to count TierTrack notifications.
+        """
+        c = self._client_index(clients).ravel()
+        t = np.full(c.shape, float(t0))
+        out_c, out_t, out_s = [], [], []
+        while c.size:
+            nt, ns = self.next_change_after(t, c)
+            m = nt <= t1
+            out_c.append(c[m])
+            out_t.append(nt[m])
+            out_s.append(ns[m])
+            c, t = c[m], nt[m]
+        cc = np.concatenate(out_c) if out_c else np.zeros(0, np.int64)
+        tt = np.concatenate(out_t) if out_t else np.zeros(0)
+        ss = np.concatenate(out_s) if out_s else np.zeros(0, np.int8)
+        order = np.lexsort((cc, tt))
+        return cc[order], tt[order], ss[order].astype(np.int8)
+
+    def fraction_in_state(self, tier: Tier | int, times, clients=None) -> np.ndarray:
+        """Fraction of clients in ``tier`` at each sample time: float64 (T,)."""
+        times = np.atleast_1d(np.asarray(times, dtype=np.float64))
+        c = self._client_index(clients)
+        if c.size == 0:
+            return np.full(times.shape, np.nan)
+        out = np.empty(times.shape[0])
+        step = max(1, _CHUNK_ELEMENTS // c.size)
+        for i in range(0, times.shape[0], step):  # loop over time chunks, not clients
+            block = self.state_at(times[i : i + step, None], c[None, :])
+            out[i : i + step] = np.mean(block == int(tier), axis=1)
+        return out
+
+    def intervals(self, client: int, tier: Tier | int) -> tuple[np.ndarray, np.ndarray]:
+        """Maximal intervals ``[start, end)`` that ``client`` spends in ``tier``.
+
+        Under ``hold`` the last interval may end at ``inf``; under ``repeat`` the
+        intervals cover one period ``[0, period)`` (an interval ending at the
+        period may continue, after the wrap, with one starting at 0).
+        """
+        c = int(self._client_index(client))
+        lo, hi = self._co[c], self._co[c + 1]
+        t, s = self._ct[lo:hi], self._cs[lo:hi]
+        tail = np.inf if self.beyond_end == "hold" else self._period[c]
+        ends = np.append(t[1:], tail)
+        m = s == int(tier)
+        return t[m].copy(), ends[m]
+
+    # ---------------------------------------------------------- transforms
+    def restrict(self, clients) -> "AvailabilityTrace":
+        """Sub-trace of the given clients, renumbered ``0..k-1`` in the given order."""
+        sel = self._client_index(clients).ravel()
+        lengths = np.diff(self.offsets)[sel]
+        offsets = np.zeros(sel.size + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        rows = np.repeat(self.offsets[sel] - offsets[:-1], lengths) + np.arange(offsets[-1])
+        return AvailabilityTrace(
+            num_clients=sel.size,
+            times=self.times[rows],
+            states=self.states[rows],
+            offsets=offsets,
+            duration_s=self.duration_s,
+            beyond_end=self.beyond_end,
+            client_duration_s=None
+            if self.client_duration_s is None
+            else self.client_duration_s[sel],
+            client_ids=None if self.client_ids is None else self.client_ids[sel],
+        )
+
+    def clip(self, duration_s: float) -> "AvailabilityTrace":
+        """Trace ending at ``duration_s``: rows after it are dropped (every client
+        keeps its t=0 row); per-client periods are replaced by ``duration_s``. May
+        also lengthen the trace (e.g. to give a constant trace a repeat period)."""
+        if not duration_s >= 0:
+            raise ValueError(f"duration_s must be >= 0, got {duration_s}")
+        keep = self.times <= duration_s
+        offsets = np.zeros(self.num_clients + 1, dtype=np.int64)
+        np.cumsum(np.bincount(self.row_clients[keep], minlength=self.num_clients), out=offsets[1:])
+        return dataclasses.replace(
+            self,
+            times=self.times[keep],
+            states=self.states[keep],
+            offsets=offsets,
+            duration_s=float(duration_s),
+            client_duration_s=None,
+        )
+
+    def with_beyond_end(self, beyond_end: BeyondEnd) -> "AvailabilityTrace":
+        """Same rows with another end-of-trace policy ("hold" or "repeat")."""
+        return dataclasses.replace(self, beyond_end=beyond_end)
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.times.shape[0])
+
+    @property
+    def row_clients(self) -> np.ndarray:
+        """int64 (E,) client index of every row."""
+        return np.repeat(np.arange(self.num_clients, dtype=np.int64), np.diff(self.offsets))
+
+    @property
+    def external_ids(self) -> np.ndarray:
+        """int64 (N,) client ids (``client_ids`` or the indices)."""
+        if self.client_ids is None:
+            return np.arange(self.num_clients, dtype=np.int64)
+        return self.client_ids
+
+    def __repr__(self) -> str:
+        return (
+            f"AvailabilityTrace(num_clients={self.num_clients}, rows={self.num_rows}, "
+            f"duration_s={self.duration_s}, beyond_end={self.beyond_end!r})"
+        )

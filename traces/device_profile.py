@@ -1,0 +1,318 @@
+"""Per-client device speed and bandwidth (DESIGN.md layers 2-3).
+
+A task's duration is download + compute + upload (DESIGN.md, "Fleet clock"):
+
+* compute (training) = ``train_delay_s[c]`` (a fixed extra delay per task, the
+  paper's emulation, Sec. 5 "Testbed hardware and runtime emulation")
+  + ``num_samples * nominal_ms_per_sample / 1000 / compute_speed[c]``;
+* an eval task is a forward pass costing ``eval_cost_fraction`` (1/20) of that
+  compute (paper Sec. 3.3: "up to 20x faster"; REFERENCE.md) and uploads only a
+  small loss-statistics message (``eval_upload_bytes``, 64 bytes);
+* transfers take ``bytes * 8 / (1000 * kbps)`` seconds (kbps = kilobits per
+  second, FedScale's unit); ``inf`` bandwidth means no communication time, the
+  paper's default (its delays already include the network).
+
+Producers: ``paper_halfnormal`` (synthetic, like the paper's delays),
+``reference_profile`` (the paper's exact per-client delays), ``flash_profile``
+(FLASH's AI-Benchmark scores and measured bandwidths). ``fedscale_task_time_s``
+is FedScale's own time model, for comparison.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import numpy as np
+
+from .data_paths import resolve_data_file
+from .loaders import load_reference_clients
+
+FLASH_SCORES_FILE = "traces/flash_benchmark2score.json"
+FLASH_RAW_SCORES_FILE = "traces/flash_raw_ai_benchmark_list.json"
+FLASH_SPEED_FILE = "traces/flash_speed_distri.json"
+# kilobytes (FLASH's KB/s, taken as 1000 bytes) -> kilobits
+_KBYTES_TO_KBITS = 8.0
+
+
+def _per_client(name: str, value, n: int | None = None) -> np.ndarray:
+    arr = np.asarray(value, dtype=np.float64)
+    if n is not None:
+        arr = np.broadcast_to(arr, (n,)).copy()
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be 1-D (one value per client), got shape {arr.shape}")
+    return arr
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class DeviceProfile:
+    """Per-client device capabilities (struct of arrays, N clients).
+
+    Attributes:
+      train_delay_s: float64 (N,) fixed extra seconds per training task (>= 0).
+      compute_speed: float64 (N,) relative speed, 1.0 = nominal (> 0).
+      down_kbps: float64 (N,) download bandwidth, kilobits/s (``inf``: instant).
+      up_kbps: float64 (N,) upload bandwidth, kilobits/s (``inf``: instant).
+      nominal_ms_per_sample: training cost of one sample on a nominal device
+        (0: compute time is just ``train_delay_s``, as in the paper).
+      eval_cost_fraction: eval compute / training compute (paper: 1/20).
+      eval_upload_bytes: bytes an eval reply uploads (loss statistics).
+    """
+
+    train_delay_s: np.ndarray
+    compute_speed: np.ndarray
+    down_kbps: np.ndarray
+    up_kbps: np.ndarray
+    nominal_ms_per_sample: float = 0.0
+    eval_cost_fraction: float = 1.0 / 20.0
+    eval_upload_bytes: int = 64
+
+    def __post_init__(self):
+        n = None
+        for name in ("train_delay_s", "compute_speed", "down_kbps", "up_kbps"):
+            arr = _per_client(name, getattr(self, name))
+            if n is None:
+                n = arr.shape[0]
+            elif arr.shape[0] != n:
+                raise ValueError(f"ragged input: {name} has {arr.shape[0]} clients, expected {n}")
+            if np.any(np.isnan(arr)):
+                raise ValueError(f"{name} must not contain NaN")
+            object.__setattr__(self, name, arr)
+        if not np.all(np.isfinite(self.train_delay_s)) or np.any(self.train_delay_s < 0):
+            raise ValueError("train_delay_s must be finite and >= 0")
+        if not np.all(np.isfinite(self.compute_speed)) or np.any(self.compute_speed <= 0):
+            raise ValueError("compute_speed must be finite and > 0")
+        if np.any(self.down_kbps <= 0) or np.any(self.up_kbps <= 0):
+            raise ValueError("bandwidths must be > 0 (use inf for no transfer time)")
+        if self.nominal_ms_per_sample < 0 or not 0 <= self.eval_cost_fraction <= 1:
+            raise ValueError("nominal_ms_per_sample must be >= 0, eval_cost_fraction in [0, 1]")
+        if self.eval_upload_bytes < 0:
+            raise ValueError("eval_upload_bytes must be >= 0")
+
+    @classmethod
+    def uniform(
+        cls,
+        num_clients: int,
+        train_delay_s: float = 0.0,
+        compute_speed: float = 1.0,
+        down_kbps: float = np.inf,
+        up_kbps: float = np.inf,
+        **kwargs,
+    ) -> "DeviceProfile":
+        """Identical clients (scalars broadcast to ``num_clients``)."""
+        n = num_clients
+        return cls(
+            train_delay_s=_per_client("train_delay_s", train_delay_s, n),
+            compute_speed=_per_client("compute_speed", compute_speed, n),
+            down_kbps=_per_client("down_kbps", down_kbps, n),
+            up_kbps=_per_client("up_kbps", up_kbps, n),
+            **kwargs,
+        )
+
+    @property
+    def num_clients(self) -> int:
+        return int(self.train_delay_s.shape[0])
+
+    def _c(self, clients) -> np.ndarray | slice:
+        if clients is None:
+            return slice(None)
+        c = np.asarray(clients)
+        if not np.issubdtype(c.dtype, np.integer):
+            raise ValueError(f"clients must be integer indices, got dtype {c.dtype}")
+        if c.size and (c.min() < 0 or c.max() >= self.num_clients):
+            raise ValueError(f"client indices must lie in [0, {self.num_clients})")
+        return c
+
+    # --------------------------------------------------- duration components
+    def download_s(self, clients, num_bytes) -> np.ndarray:
+        """Seconds to download ``num_bytes`` (scalar or per-task array)."""
+        return np.asarray(num_bytes, np.float64) * 8.0 / (1000.0 * self.down_kbps[self._c(clients)])
+
+    def upload_s(self, clients, num_bytes) -> np.ndarray:
+        """Seconds to upload ``num_bytes`` (scalar or per-task array)."""
+        return np.asarray(num_bytes, np.float64) * 8.0 / (1000.0 * self.up_kbps[self._c(clients)])
+
+    def train_compute_s(self, clients, num_samples_processed) -> np.ndarray:
+        """Local training compute: fixed delay + per-sample cost / speed."""
+        c = self._c(clients)
+        per_sample = self.nominal_ms_per_sample / 1000.0 / self.compute_speed[c]
+        return self.train_delay_s[c] + np.asarray(num_samples_processed, np.float64) * per_sample
+
+    def eval_compute_s(self, clients, num_samples_evaluated=0) -> np.ndarray:
+        """Forward-pass compute: ``eval_cost_fraction`` of the training compute."""
+        return self.eval_cost_fraction * self.train_compute_s(clients, num_samples_evaluated)
+
+    # ---------------------------------------------------------------- totals
+    def train_duration_s(
+        self, clients, model_bytes, num_samples_processed, upload_bytes=None
+    ) -> np.ndarray:
+        """Training task: download model + compute + upload update (model size
+        unless ``upload_bytes`` is given, e.g. for compressed updates)."""
+        up = model_bytes if upload_bytes is None else upload_bytes
+        return (
+            self.download_s(clients, model_bytes)
+            + self.train_compute_s(clients, num_samples_processed)
+            + self.upload_s(clients, up)
+        )
+
+    def eval_duration_s(self, clients, model_bytes, num_samples_evaluated=0) -> np.ndarray:
+        """Eval task: download model + forward pass + upload loss statistics."""
+        return (
+            self.download_s(clients, model_bytes)
+            + self.eval_compute_s(clients, num_samples_evaluated)
+            + self.upload_s(clients, self.eval_upload_bytes)
+        )
+
+    def restrict(self, clients) -> "DeviceProfile":
+        """Profile of a subset of clients, in the given order."""
+        c = self._c(clients)
+        return dataclasses.replace(
+            self,
+            train_delay_s=self.train_delay_s[c],
+            compute_speed=self.compute_speed[c],
+            down_kbps=self.down_kbps[c],
+            up_kbps=self.up_kbps[c],
+        )
+
+
+# ------------------------------------------------------------------ producers
+def paper_halfnormal(
+    num_clients: int,
+    seed=0,
+    *,
+    scale_s: float = 14.0,
+    min_s: float = 2.0,
+    max_s: float = 60.0,
+    round_to_s: float = 1.0,
+    down_kbps: float = np.inf,
+    up_kbps: float = np.inf,
+) -> DeviceProfile:
+    """Per-task delays like the paper's (REFERENCE.md: "half-normal scaled to
+    0-60 s"; the reference delays span 2-56 s, median 10, mean 12.1).
+
+    Draws ``|Normal(0, scale_s)|``, rounds to ``round_to_s`` and redraws values
+    outside ``[min_s, max_s]``. ``scale_s = 14`` was fitted to the reference file:
+    it gives median 10, mean 12.1, P10 3, P90 24 (reference: 10, 12.1, 3, 23).
+    Bandwidth is infinite by default (the delays already include the network).
+    """
+    rng = np.random.default_rng(seed)
+    delay = np.empty(num_clients)
+    todo = np.arange(num_clients)
+    while todo.size:  # rejection rounds (each vectorized); ~7% redrawn per round
+        x = np.abs(rng.normal(0.0, scale_s, size=todo.size))
+        if round_to_s:
+            x = np.round(x / round_to_s) * round_to_s
+        ok = (x >= min_s) & (x <= max_s)
+        delay[todo[ok]] = x[ok]
+        todo = todo[~ok]
+    return DeviceProfile(
+        train_delay_s=delay,
+        compute_speed=np.ones(num_clients),
+        down_kbps=np.full(num_clients, down_kbps, dtype=np.float64),
+        up_kbps=np.full(num_clients, up_kbps, dtype=np.float64),
+    )
+
+
+def reference_profile(path: str | os.PathLike | None = None) -> DeviceProfile:
+    """The paper's exact per-client delays (``training_delay_s`` of the shared
+    reference file, client ids 1..300 -> indices 0..299), infinite bandwidth."""
+    ref = load_reference_clients(path)
+    return DeviceProfile(
+        train_delay_s=ref.training_delay_s,
+        compute_speed=np.ones_like(ref.training_delay_s),
+        down_kbps=np.full_like(ref.training_delay_s, np.inf),
+        up_kbps=np.full_like(ref.training_delay_s, np.inf),
+    )
+
+
+def _flash_scores(path) -> np.ndarray:
+    try:
+        with open(resolve_data_file(FLASH_SCORES_FILE, path)) as f:
+            return np.array(list(json.load(f).values()), dtype=np.float64)
+    except FileNotFoundError:
+        # The raw list's AI_Score reads like " 76206 1,6": the first token is the score.
+        with open(resolve_data_file(FLASH_RAW_SCORES_FILE, path)) as f:
+            raw = json.load(f)
+        return np.array([float(r["AI_Score"].split()[0]) for r in raw], dtype=np.float64)
+
+
+def _positive_normal(rng, mean: np.ndarray, sigma: np.ndarray) -> np.ndarray:
+    """Normal(mean, sigma) draws, redrawn until positive (vectorized rounds)."""
+    out = np.empty(mean.shape)
+    todo = np.arange(mean.size)
+    for _ in range(1000):
+        if not todo.size:
+            return out
+        x = rng.normal(mean[todo], sigma[todo])
+        ok = x > 0
+        out[todo[ok]] = x[ok]
+        todo = todo[~ok]
+    out[todo] = mean[todo]  # pathological sigma >> mean: fall back to the mean
+    return out
+
+
+def flash_profile(
+    num_clients: int,
+    seed=0,
+    path: str | os.PathLike | None = None,
+    *,
+    nominal_ms_per_sample: float = 10_000.0 / 114.0,
+    train_delay_s: float = 0.0,
+) -> DeviceProfile:
+    """Heterogeneous devices from the FLASH study's data (data/README.md).
+
+    * compute: each client gets a phone model drawn uniformly from FLASH's
+      AI-Benchmark list (``flash_benchmark2score.json``, 307 models); its speed is
+      its AI score over the median score, so the median phone has speed 1.0 (the
+      scores span 212..76,206, i.e. speeds of about 0.05..16);
+    * bandwidth: each client gets one of FLASH's 19 measured users
+      (``flash_speed_distri.json``: per-user mean and sigma of down/up KB/s) and a
+      Normal(mean, sigma) draw, redrawn until positive; KB/s become kbps (x8).
+
+    ``nominal_ms_per_sample`` (default ~88 ms) makes the median phone train the
+    paper's median CIFAR-10 client (114 samples, REFERENCE.md) in about 10 s, the
+    paper's median delay; set it for another model. ``path``: a data folder (or
+    ``$FELIX_JAX_DATA``).
+    """
+    rng = np.random.default_rng(seed)
+    scores = _flash_scores(path)
+    speed = scores[rng.integers(0, scores.size, size=num_clients)] / np.median(scores)
+    with open(resolve_data_file(FLASH_SPEED_FILE, path)) as f:
+        users = list(json.load(f).values())
+    table = np.array(
+        [[u["down_u"], u["down_sigma"], u["up_u"], u["up_sigma"]] for u in users], dtype=np.float64
+    )
+    pick = table[rng.integers(0, len(users), size=num_clients)]
+    down = _positive_normal(rng, pick[:, 0], pick[:, 1]) * _KBYTES_TO_KBITS
+    up = _positive_normal(rng, pick[:, 2], pick[:, 3]) * _KBYTES_TO_KBITS
+    return DeviceProfile(
+        train_delay_s=np.full(num_clients, float(train_delay_s)),
+        compute_speed=speed,
+        down_kbps=down,
+        up_kbps=up,
+        nominal_ms_per_sample=float(nominal_ms_per_sample),
+    )
+
+
+def fedscale_task_time_s(
+    ms_per_sample,
+    bandwidth_kbps,
+    *,
+    batch_size: int,
+    local_steps: int,
+    model_bytes: float,
+    augmentation_factor: float = 3.0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """FedScale's time model (REFERENCE.md): returns ``(compute_s, comm_s)``.
+
+    compute = ``augmentation_factor * batch_size * local_steps * ms_per_sample /
+    1000`` (3x: forward + backward); comm = model bits down + up over the client's
+    bandwidth: ``2 * model_bytes * 8 / 1000 / bandwidth_kbps``. Vectorized over
+    clients (``ms_per_sample``, ``bandwidth_kbps`` arrays).
+    """
+    ms = np.asarray(ms_per_sample, np.float64)
+    kbps = np.asarray(bandwidth_kbps, np.float64)
+    compute = augmentation_factor * batch_size * local_steps * ms / 1000.0
+    comm = 2.0 * float(model_bytes) * 8.0 / 1000.0 / kbps
+    return compute, comm

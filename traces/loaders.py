@@ -1,0 +1,330 @@
+"""Loading and saving availability traces (DESIGN.md layer 2; data/README.md).
+
+Sources:
+
+* the paper's own traces, ``load_reference_trace`` (the shared file
+  ``traces/felix_reference_300clients.npz``, found via ``path`` or ``$FELIX_JAX_DATA``);
+* FedScale's ``client_behave_trace`` (pickle, read with a restricted unpickler, or
+  the same structure as JSON), ``load_fedscale_trace``;
+* users' own traces in a plain interval format, CSV or NPZ (below).
+
+Interval format (CSV): optional ``#`` comment lines, a header ``client,time_s,state``
+and one row per state change::
+
+    # felix-jax availability trace v1
+    # duration_s=86400.0
+    # beyond_end=hold
+    client,time_s,state
+    17,0.0,AVL_TRAIN
+    17,3600.0,UN_AVL
+
+``client`` is any integer id (the clients are the sorted distinct ids, kept as
+``trace.client_ids``); ``time_s`` seconds from the start; ``state`` a tier name or
+code (0 UN_AVL, 1 AVL_EVAL, 2 AVL_TRAIN). Rows may come in any order; same-client
+same-time rows apply in file order (the last wins). A client without a row at t=0
+starts ``UN_AVL``. ``duration_s`` defaults to the last row time and ``beyond_end``
+to ``hold``. The NPZ form holds the same columns as arrays ``client`` (int64),
+``time_s`` (float64), ``state`` (int8), plus ``duration_s``, ``beyond_end`` and,
+optionally, ``client_duration_s`` (per-client periods, aligned with the sorted ids);
+it loads with ``allow_pickle=False``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from .availability import AvailabilityTrace, BeyondEnd, Tier
+from .data_paths import resolve_data_file
+from .safe_pickle import restricted_pickle_load
+
+REFERENCE_TRACE_FILE = "traces/felix_reference_300clients.npz"
+REFERENCE_TRACE_NAMES: tuple[str, ...] = (
+    "syn_0",
+    "syn_20",
+    "syn_50",
+    "mobiperf_2st",
+    "mobiperf_3st_50",
+    "mobiperf_3st_75",
+)
+_CSV_COLUMNS = ("client", "time_s", "state")
+
+
+def _trace_from_id_rows(
+    ids,
+    time_s,
+    state,
+    *,
+    all_ids=None,
+    duration_s: float | None = None,
+    beyond_end: BeyondEnd = "hold",
+    client_duration_s=None,
+) -> AvailabilityTrace:
+    """Rows keyed by external client ids -> trace over indices (position in all_ids)."""
+    ids = np.asarray(ids, dtype=np.int64)
+    all_ids = np.unique(ids) if all_ids is None else np.asarray(all_ids, dtype=np.int64)
+    order = np.argsort(all_ids, kind="stable")
+    pos = np.searchsorted(all_ids[order], ids)
+    pos = np.minimum(pos, max(all_ids.size - 1, 0))
+    if ids.size and np.any(all_ids[order][pos] != ids):
+        raise ValueError("rows name client ids that are not in the client list")
+    index = order[pos]
+    client_ids = None if np.array_equal(all_ids, np.arange(all_ids.size)) else all_ids
+    return AvailabilityTrace.from_rows(
+        index,
+        time_s,
+        state,
+        num_clients=all_ids.size,
+        duration_s=duration_s,
+        beyond_end=beyond_end,
+        client_duration_s=client_duration_s,
+        client_ids=client_ids,
+    )
+
+
+# ------------------------------------------------------------ reference data
+def load_reference_trace(
+    name: str, path: str | os.PathLike | None = None, *, beyond_end: BeyondEnd = "hold"
+) -> AvailabilityTrace:
+    """One of the paper's six traces (data/README.md), 300 clients.
+
+    ``name`` is one of ``REFERENCE_TRACE_NAMES``: ``syn_0`` (the paper's 100%),
+    ``syn_20`` (90%), ``syn_50`` (50%), ``mobiperf_2st``, ``mobiperf_3st_50``,
+    ``mobiperf_3st_75`` (MobiPerf, two or three tiers). Client ids 1..300 become
+    indices 0..299 (``trace.client_ids`` keeps the ids). ``duration_s`` is the last
+    row time (86,400 s for the synthetic traces, 536,263 s for MobiPerf; 0 for
+    ``syn_0``, which is constant). ``path``: the npz file or a data folder; default
+    ``$FELIX_JAX_DATA``.
+    """
+    if name not in REFERENCE_TRACE_NAMES:
+        raise ValueError(f"unknown reference trace {name!r}; choose from {REFERENCE_TRACE_NAMES}")
+    file = resolve_data_file(REFERENCE_TRACE_FILE, path)
+    with np.load(file, allow_pickle=False) as z:
+        return _trace_from_id_rows(
+            z[f"{name}_client"],
+            z[f"{name}_time_s"],
+            z[f"{name}_state"],
+            all_ids=z["client"],
+            beyond_end=beyond_end,
+        )
+
+
+class ReferenceClients(NamedTuple):
+    """Per-client settings of the paper's CIFAR-10 runs (REFERENCE.md), index order."""
+
+    client_ids: np.ndarray  # int64 (300,) ids 1..300
+    training_delay_s: np.ndarray  # float64 (300,) extra seconds per training task
+    num_samples: np.ndarray  # int64 (300,) CIFAR-10 samples (Dirichlet 0.1 split)
+
+
+def load_reference_clients(path: str | os.PathLike | None = None) -> ReferenceClients:
+    """``training_delay_s`` and ``num_samples`` of the reference file's 300 clients."""
+    file = resolve_data_file(REFERENCE_TRACE_FILE, path)
+    with np.load(file, allow_pickle=False) as z:
+        return ReferenceClients(
+            client_ids=z["client"].astype(np.int64),
+            training_delay_s=z["training_delay_s"].astype(np.float64),
+            num_samples=z["num_samples"].astype(np.int64),
+        )
+
+
+# ------------------------------------------------------------------ FedScale
+def load_fedscale_trace(path: str | os.PathLike) -> AvailabilityTrace:
+    """FedScale ``client_behave_trace`` (pickle or JSON) -> periodic trace.
+
+    Format (data/README.md): ``{client_id: {"duration", "active": [t...],
+    "inactive": [t...], "finish_time", "model"}}``. FedScale's rule (REFERENCE.md):
+    a client is online at ``t`` iff ``active[k] <= t mod finish_time <= inactive[k]``
+    for some k. Online maps to ``AVL_TRAIN``, offline to ``UN_AVL``; the trace has
+    ``beyond_end="repeat"`` with each client's ``finish_time`` as its period
+    (``client_duration_s``). The closed interval end is kept exactly: the client
+    goes offline at the next float after ``inactive[k]``. Overlapping intervals are
+    merged; ``duration`` and ``model`` are ignored. Pickles are read with
+    ``restricted_pickle_load`` (no globals: never runs code); a ``.json`` file with
+    the same structure (string keys) is also accepted.
+    """
+    path = Path(path)
+    if path.suffix.lower() == ".json":
+        with open(path) as f:
+            data = json.load(f)
+    else:
+        data = restricted_pickle_load(path)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a dict of client_id -> trace, got {type(data).__name__}")
+    try:
+        ids = np.array([int(k) for k in data], dtype=np.int64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{path}: client ids must be integers") from None
+    starts, ends, periods, lengths = [], [], [], []
+    for key, rec in data.items():  # parsing: one pass over the file's records
+        if not isinstance(rec, dict) or not {"active", "inactive", "finish_time"} <= rec.keys():
+            raise ValueError(f"{path}: client {key!r} lacks active/inactive/finish_time")
+        a, i = rec["active"], rec["inactive"]
+        if len(a) != len(i):
+            raise ValueError(f"{path}: client {key!r} has {len(a)} active but {len(i)} inactive times")
+        starts.append(a)
+        ends.append(i)
+        periods.append(float(rec["finish_time"]))
+        lengths.append(len(a))
+    n = ids.size
+    period = np.asarray(periods, dtype=np.float64)
+    if np.any(~np.isfinite(period)) or np.any(period <= 0):
+        raise ValueError(f"{path}: finish_time must be positive for every client")
+    cid = np.repeat(np.arange(n, dtype=np.int64), lengths)
+    a = np.asarray([x for s in starts for x in s], dtype=np.float64)
+    i = np.asarray([x for s in ends for x in s], dtype=np.float64)
+    ok = a <= i  # an interval with active > inactive is never online
+    cid, a, i = cid[ok], np.maximum(a[ok], 0.0), i[ok]
+    # Interval union by event counting: +1 at start, -1 just after the closed end.
+    ev_c = np.concatenate([cid, cid])
+    ev_t = np.concatenate([a, np.nextafter(i, np.inf)])
+    ev_d = np.concatenate([np.ones(a.size, np.int64), -np.ones(a.size, np.int64)])
+    order = np.lexsort((ev_t, ev_c))
+    ev_c, ev_t, ev_d = ev_c[order], ev_t[order], ev_d[order]
+    running = np.cumsum(ev_d)
+    first = np.ones(ev_c.size, dtype=bool)
+    first[1:] = ev_c[1:] != ev_c[:-1]
+    group_start = np.maximum.accumulate(np.where(first, np.arange(ev_c.size), 0))
+    base = running[group_start] - ev_d[group_start]
+    online = (running - base) > 0
+    reachable = ev_t < period[ev_c]
+    rows_c = np.concatenate([np.arange(n, dtype=np.int64), ev_c[reachable]])
+    rows_t = np.concatenate([np.zeros(n), ev_t[reachable]])
+    rows_s = np.concatenate(
+        [
+            np.full(n, int(Tier.UN_AVL), dtype=np.int64),
+            np.where(online[reachable], int(Tier.AVL_TRAIN), int(Tier.UN_AVL)),
+        ]
+    )
+    by_id = np.argsort(ids, kind="stable")  # clients in sorted-id order
+    return _trace_from_id_rows(
+        ids[rows_c],
+        rows_t,
+        rows_s,
+        all_ids=ids[by_id],
+        duration_s=float(period.max(initial=0.0)),
+        beyond_end="repeat",
+        client_duration_s=period[by_id],
+    )
+
+
+# ------------------------------------------------------------ interval files
+def _parse_states(values) -> np.ndarray:
+    return np.array([int(Tier.parse(v)) for v in values], dtype=np.int64)
+
+
+def save_interval_csv(trace: AvailabilityTrace, path: str | os.PathLike) -> None:
+    """Write ``trace`` in the documented CSV interval format (state names)."""
+    if trace.client_duration_s is not None:
+        raise ValueError("per-client periods (client_duration_s) need the NPZ format")
+    ids = trace.external_ids[trace.row_clients]
+    names = np.array([t.name for t in Tier])[trace.states]
+    with open(path, "w", newline="") as f:
+        f.write("# felix-jax availability trace v1\n")
+        f.write(f"# duration_s={trace.duration_s!r}\n")
+        f.write(f"# beyond_end={trace.beyond_end}\n")
+        writer = csv.writer(f)
+        writer.writerow(_CSV_COLUMNS)
+        writer.writerows(zip(ids.tolist(), map(repr, trace.times.tolist()), names.tolist()))
+
+
+def load_interval_csv(
+    path: str | os.PathLike,
+    *,
+    duration_s: float | None = None,
+    beyond_end: BeyondEnd | None = None,
+) -> AvailabilityTrace:
+    """Read the CSV interval format; arguments override the file's ``#`` metadata."""
+    meta: dict[str, str] = {}
+    with open(path, newline="") as f:
+        lines = []
+        for line in f:
+            if line.startswith("#"):
+                body = line[1:].strip()
+                if "=" in body:
+                    k, v = body.split("=", 1)
+                    meta[k.strip()] = v.strip()
+            elif line.strip():
+                lines.append(line)
+    rows = list(csv.reader(lines))
+    if not rows:
+        raise ValueError(f"{path}: no header line {','.join(_CSV_COLUMNS)}")
+    header = [h.strip() for h in rows[0]]
+    missing = [c for c in _CSV_COLUMNS if c not in header]
+    if missing:
+        raise ValueError(f"{path}: header {header} lacks columns {missing}")
+    cols = [header.index(c) for c in _CSV_COLUMNS]
+    body = rows[1:]
+    if any(len(r) != len(header) for r in body):
+        raise ValueError(f"{path}: ragged rows (every row needs {len(header)} fields)")
+    ids = np.array([int(r[cols[0]]) for r in body], dtype=np.int64)
+    times = np.array([float(r[cols[1]]) for r in body], dtype=np.float64)
+    states = _parse_states(r[cols[2]] for r in body)
+    if duration_s is None and "duration_s" in meta:
+        duration_s = float(meta["duration_s"])
+    if beyond_end is None:
+        beyond_end = meta.get("beyond_end", "hold")  # type: ignore[assignment]
+    return _trace_from_id_rows(ids, times, states, duration_s=duration_s, beyond_end=beyond_end)
+
+
+def save_interval_npz(trace: AvailabilityTrace, path: str | os.PathLike) -> None:
+    """Write ``trace`` as NPZ arrays (client ids, time_s, state, metadata)."""
+    arrays = dict(
+        client=trace.external_ids[trace.row_clients],
+        time_s=trace.times,
+        state=trace.states,
+        duration_s=np.float64(trace.duration_s),
+        beyond_end=np.str_(trace.beyond_end),
+        clients=trace.external_ids,
+    )
+    if trace.client_duration_s is not None:
+        arrays["client_duration_s"] = trace.client_duration_s
+    np.savez(path, **arrays)
+
+
+def load_interval_npz(
+    path: str | os.PathLike,
+    prefix: str = "",
+    *,
+    duration_s: float | None = None,
+    beyond_end: BeyondEnd | None = None,
+) -> AvailabilityTrace:
+    """Read the NPZ interval format (``allow_pickle=False``).
+
+    ``prefix`` selects prefixed columns, e.g. ``prefix="syn_20_"`` reads the
+    reference file's ``syn_20_client/_time_s/_state``. The client list is the
+    array ``clients`` (or ``client`` when it is not a row column, as in the
+    reference file) if present, else the distinct row ids.
+    """
+    with np.load(path, allow_pickle=False) as z:
+        keys = set(z.files)
+        need = [f"{prefix}{c}" for c in _CSV_COLUMNS]
+        if not set(need) <= keys:
+            raise ValueError(f"{path}: missing arrays {sorted(set(need) - keys)}")
+        ids, times, states = (z[k] for k in need)
+        if states.dtype.kind in "US":
+            states = _parse_states(states.tolist())
+        all_ids = None
+        if "clients" in keys:
+            all_ids = z["clients"]
+        elif prefix and "client" in keys:
+            all_ids = z["client"]
+        if duration_s is None and "duration_s" in keys:
+            duration_s = float(z["duration_s"])
+        if beyond_end is None:
+            beyond_end = str(z["beyond_end"]) if "beyond_end" in keys else "hold"
+        client_duration_s = z["client_duration_s"] if "client_duration_s" in keys else None
+    return _trace_from_id_rows(
+        ids,
+        times,
+        states,
+        all_ids=all_ids,
+        duration_s=duration_s,
+        beyond_end=beyond_end,
+        client_duration_s=client_duration_s,
+    )
