@@ -30,7 +30,7 @@ import numpy as np
 from felix_jax.cohort import CohortEngine, ExecutionPlan, LocalTrainConfig, LocalEvalConfig, VersionStore, auto_plan
 from felix_jax.cohort.evaluate import evaluate
 from felix_jax.data.dataset import ArrayDataset
-from felix_jax.data.federated import TestSet, to_device, test_set_to_device
+from felix_jax.data.federated import HeldOutSet, to_device, held_out_to_device
 from felix_jax.models import cifar_cnn
 
 BATCH = 32
@@ -54,7 +54,7 @@ def make_data(num_clients: int, per_client: int, seed: int = 0):
                       input_mean=(0.49, 0.48, 0.45), input_std=(0.25, 0.24, 0.26))
     table = np.arange(n, dtype=np.int32).reshape(num_clients, per_client)
     part = types.SimpleNamespace(index_table=table, counts=np.full(num_clients, per_client, np.int32))
-    return ds, to_device(ds, part), test_set_to_device(ds)
+    return ds, to_device(ds, part), held_out_to_device(ds)
 
 
 def timeit(fn, reps: int) -> float:

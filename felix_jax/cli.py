@@ -1,9 +1,123 @@
-"""``felix-jax`` command line (host-only)."""
+"""``felix-jax`` command line (host-only): ``run``, ``compare``, ``demo``."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
+
+
+def _parse_sets(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--set expects key=value, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _print_listing() -> None:
+    from .experiment import PRESETS, STRATEGIES
+    from .experiment.registry import AVAILABILITY, DEVICE_PROFILES, MODELS
+
+    print("presets:")
+    for name, sc in PRESETS.items():
+        print(f"  {name:<16} {sc.dataset}, {sc.model}, {sc.num_clients} clients, strategy {sc.strategy}, "
+              f"availability {sc.availability}, target {sc.target_accuracy}")
+    print("strategies:")
+    for name, st in STRATEGIES.items():
+        print(f"  {name:<16} {st.description}")
+    print("availability regimes:", ", ".join(AVAILABILITY), "(and ref:NAME for a shared reference trace)")
+    print("device profiles:", ", ".join(DEVICE_PROFILES))
+    print("models:", ", ".join(MODELS))
+
+
+def _summary_table(summary: dict) -> str:
+    def fmt(v, unit=""):
+        if v is None:
+            return "-"
+        return f"{v:,.3f}{unit}" if isinstance(v, float) else f"{v:,}{unit}"
+
+    rows = [
+        ("stop reason", summary["stop_reason"]),
+        ("time to target", fmt(summary["time_to_target_h"], " h")),
+        ("final / best accuracy", f"{fmt(summary['final_accuracy'])} / {fmt(summary['best_accuracy'])}"),
+        ("aggregations", fmt(summary["aggregations"])),
+        ("virtual time", fmt(summary["end_time_s"] / 3600, " h")),
+        ("bytes total", f"{summary['bytes_total'] / 1e6:,.1f} MB (train {summary['bytes_train'] / 1e6:,.1f}, "
+                        f"eval {summary['bytes_eval'] / 1e6:,.1f}, control {summary['control_bytes'] / 1e6:,.3f})"),
+        ("agg interval P50 / P95", f"{fmt(summary['agg_interval_p50_s'], ' s')} / {fmt(summary['agg_interval_p95_s'], ' s')}"),
+        ("staleness P50 / P90", f"{fmt(summary['staleness_p50'])} / {fmt(summary['staleness_p90'])}"),
+        ("tasks: train / eval", f"{summary['dispatched_train']} / {summary['dispatched_eval']}"),
+        ("interrupted / timeouts / discarded", f"{summary['interrupted_tasks']} / {summary['timeouts']} / "
+                                               f"{summary['discarded_updates']}"),
+        ("host time", f"{summary['host_seconds']:.1f} s ({summary['host_ms_per_event']:.2f} ms/event, "
+                      f"mean flush {summary['flush_tasks_mean']:.1f} tasks)"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .compile_cache import enable_compilation_cache
+    from .experiment import Scenario, get_preset
+    from .experiment.runner import run
+
+    if args.list:
+        _print_listing()
+        return 0
+    scenario = Scenario.from_file(args.config) if args.config else get_preset(args.preset)
+    try:
+        scenario = scenario.with_overrides(_parse_sets(args.set or []))
+    except (KeyError, ValueError) as e:
+        raise SystemExit(f"felix-jax run: {e}")
+    out = Path(args.out) if args.out else Path("results") / (
+        f"{scenario.name}-{scenario.strategy}-{scenario.availability}-seed{scenario.seed}")
+    enable_compilation_cache()
+    print(f"felix-jax run: {scenario.name} | strategy {scenario.strategy} | availability {scenario.availability} "
+          f"| {scenario.num_clients} clients | results -> {out}", flush=True)
+    result = run(scenario, out, progress=not args.quiet)
+    print(_summary_table(result.summary))
+    print(f"results written to {out}/ (config.json, metrics.csv, summary.json, accuracy.png)")
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from .compile_cache import enable_compilation_cache
+    from .experiment import get_preset, get_strategy
+    from .experiment.compare import comparison_table, plot_comparison, run_matrix
+    from .experiment.registry import make_trace
+
+    base = get_preset(args.scenario)
+    try:
+        base = base.with_overrides(_parse_sets(args.set or []))
+    except (KeyError, ValueError) as e:
+        raise SystemExit(f"felix-jax compare: {e}")
+    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    regimes = [r.strip() for r in args.availability.split(",") if r.strip()]
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    for name in strategies:  # fail before hours of work, not in the middle
+        try:
+            get_strategy(name)
+        except KeyError as e:
+            raise SystemExit(f"felix-jax compare: {e.args[0]}")
+    for rg in regimes:
+        try:
+            make_trace(rg, 1, 0)
+        except (KeyError, FileNotFoundError) as e:
+            raise SystemExit(f"felix-jax compare: availability {rg!r}: {e}")
+    out = Path(args.out or f"results/compare-{base.name}")
+    enable_compilation_cache()
+    rows = run_matrix(base, strategies, regimes, seeds, out, progress=not args.quiet)
+    reference = "felix" if "felix" in strategies else strategies[0]
+    table = comparison_table(rows, strategies, regimes, reference)
+    (out / "table.txt").write_text(table + "\n")
+    figures = plot_comparison(rows, strategies, regimes, out)
+    print(table)
+    print(f"wrote {out}/summary.csv, {out}/table.txt, " + ", ".join(str(p) for p in figures))
+    return 0
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -11,25 +125,46 @@ def _demo(args: argparse.Namespace) -> int:
     from .demo import DemoConfig, run_demo
 
     enable_compilation_cache()
-    run_demo(DemoConfig(rounds=args.rounds, seed=args.seed))
+    result = run_demo(DemoConfig(rounds=args.rounds, seed=args.seed))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2, default=str))
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="felix-jax", description="JAX fleet emulator for federated learning under churn")
     sub = ap.add_subparsers(dest="command")
-    demo = sub.add_parser("demo", help="train a cohort on the embedded digits and print throughput and accuracy")
+    run = sub.add_parser("run", help="run one experiment (default: the quickstart preset)")
+    run.add_argument("--preset", default="quickstart", help="scenario preset (see --list)")
+    run.add_argument("--config", help="a JSON file of scenario fields (instead of --preset)")
+    run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a scenario field (repeatable)")
+    run.add_argument("--out", help="results folder (default results/<name>-<strategy>-<availability>-seed<k>)")
+    run.add_argument("--list", action="store_true", help="list presets, strategies and availability regimes")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.set_defaults(func=_run)
+    cmp_ = sub.add_parser("compare", help="run strategies x availability regimes x seeds and compare them")
+    cmp_.add_argument("--scenario", default="quickstart", help="scenario preset (see run --list)")
+    cmp_.add_argument("--availability", default="avail100,avail50", help="comma-separated regimes")
+    cmp_.add_argument("--strategies", default="felix,oort-async,fedbuff", help="comma-separated strategies")
+    cmp_.add_argument("--seeds", default="0", help="comma-separated seeds")
+    cmp_.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a scenario field (repeatable)")
+    cmp_.add_argument("--out", help="output folder (default results/compare-<scenario>)")
+    cmp_.add_argument("--quiet", action="store_true", help="no progress bars")
+    cmp_.set_defaults(func=_compare)
+    demo = sub.add_parser("demo", help="FedAvg rounds of one vectorized cohort each: throughput and accuracy")
     demo.add_argument("--rounds", type=int, default=12)
     demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--json", help="write the demo's figures here")
     demo.set_defaults(func=_demo)
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     ap = build_parser()
+    if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
+        argv = ["run"] + argv
     args = ap.parse_args(argv)
-    if not getattr(args, "func", None):
-        args = ap.parse_args(["demo"] + list(argv or sys.argv[1:]))
     return args.func(args)
 
 

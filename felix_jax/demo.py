@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .cohort import CohortEngine, LocalTrainConfig, VersionStore, evaluate
-from .data.federated import test_set_to_device, to_device
+from .data.federated import held_out_to_device, to_device
 from .data.loaders import load_dataset
 from .data.partition import dirichlet_partition
 from .models import cifar_cnn
@@ -45,7 +45,7 @@ def _fedavg(params, deltas, weights):
 def run_demo(cfg: DemoConfig = DemoConfig(), log=print) -> dict:
     ds = load_dataset(cfg.dataset)
     part = dirichlet_partition(ds.train_y, cfg.num_clients, cfg.alpha, seed=cfg.seed)
-    data, test = to_device(ds, part), test_set_to_device(ds)
+    data, test = to_device(ds, part), held_out_to_device(ds)
     model = cifar_cnn()
     train_cfg = LocalTrainConfig(batch_size=cfg.batch_size, learning_rate=cfg.learning_rate,
                                  local_epochs=cfg.local_epochs)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from felix_jax.data.dataset import ArrayDataset
-from felix_jax.data.federated import test_set_to_device, to_device
+from felix_jax.data.federated import held_out_to_device, to_device
 from felix_jax.data.partition import partition_from_counts
 
 
@@ -35,4 +35,4 @@ def tiny():
     ds = make_image_dataset()
     counts = np.array([5, 70, 33, 100, 1, 64], np.int32)
     part = partition_from_counts(ds.train_x.shape[0], counts, seed=0)
-    return ds, part, to_device(ds, part), test_set_to_device(ds)
+    return ds, part, to_device(ds, part), held_out_to_device(ds)

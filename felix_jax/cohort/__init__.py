@@ -1,17 +1,17 @@
 """The cohort engine: vectorized local training and evaluation of many clients."""
 
-from .buckets import Bucket, ladder_ceil, next_pow2, padding_waste, plan_buckets
+from .buckets import Bucket, executed_work, ladder_ceil, next_pow2, padding_waste, plan_buckets
 from .config import LocalEvalConfig, LocalTrainConfig
 from .engine import CohortEngine, CohortEvalOutput, CohortTrainOutput
-from .evaluate import TestMetrics, evaluate, evaluate_versions
+from .evaluate import HeldOutMetrics, evaluate, evaluate_versions
 from .local import EvalResult, TrainResult, local_eval, local_train
-from .plan import ExecutionPlan, auto_plan, run_plan
+from .plan import ExecutionPlan, auto_plan, cohort_scan
 from .stats import LossStats, statistical_utility
 from .store import VersionStore
 
 __all__ = [
-    "Bucket", "ladder_ceil", "next_pow2", "padding_waste", "plan_buckets", "LocalEvalConfig", "LocalTrainConfig",
-    "CohortEngine", "CohortEvalOutput", "CohortTrainOutput", "TestMetrics", "evaluate", "evaluate_versions",
-    "EvalResult", "TrainResult", "local_eval", "local_train", "ExecutionPlan", "auto_plan", "run_plan",
+    "Bucket", "executed_work", "ladder_ceil", "next_pow2", "padding_waste", "plan_buckets", "LocalEvalConfig", "LocalTrainConfig",
+    "CohortEngine", "CohortEvalOutput", "CohortTrainOutput", "HeldOutMetrics", "evaluate", "evaluate_versions",
+    "EvalResult", "TrainResult", "local_eval", "local_train", "ExecutionPlan", "auto_plan", "cohort_scan",
     "LossStats", "statistical_utility", "VersionStore",
 ]

@@ -40,11 +40,15 @@ class Bucket:
         return self.num_tasks * self.length
 
 
-def plan_buckets(lengths: np.ndarray, max_tasks: int = 256, call_overhead: int = 8) -> list[Bucket]:
+def plan_buckets(lengths: np.ndarray, max_tasks: int = 256, call_overhead: int = 8, min_tasks: int = 1,
+                 chunk: int | None = None) -> list[Bucket]:
     """Groups tasks with per-task ``lengths`` into buckets; see module docstring.
 
     ``call_overhead`` is the fixed cost of one extra call, in task-steps; larger
-    values merge more aggressively.
+    values merge more aggressively. Buckets hold at least ``min_tasks`` (padded).
+    ``chunk``: the engine steps chunks of this many tasks (sorted by length) and
+    stops each at its longest task, so a group costs about the sum over its chunks
+    of chunk size x chunk maximum (``None``: one chunk, the whole bucket).
     """
     lengths = np.asarray(lengths, dtype=np.int64)
     if lengths.ndim != 1 or lengths.size == 0:
@@ -53,6 +57,8 @@ def plan_buckets(lengths: np.ndarray, max_tasks: int = 256, call_overhead: int =
         raise ValueError("task lengths must be >= 0")
     if max_tasks < 1 or max_tasks & (max_tasks - 1):
         raise ValueError(f"max_tasks must be a power of two, got {max_tasks}")
+    if min_tasks < 1 or min_tasks & (min_tasks - 1) or min_tasks > max_tasks:
+        raise ValueError(f"min_tasks must be a power of two <= max_tasks, got {min_tasks}")
     order = np.argsort(lengths, kind="stable")
     rungs = np.array([ladder_ceil(v) for v in lengths[order]])
     bounds = np.flatnonzero(np.diff(rungs)) + 1
@@ -60,11 +66,15 @@ def plan_buckets(lengths: np.ndarray, max_tasks: int = 256, call_overhead: int =
     ends = np.concatenate([bounds, [len(order)]])
     g = len(starts)
 
-    def cost(i: int, j: int) -> int:  # merge ladder groups i..j (inclusive) into one length
-        n, length = ends[j] - starts[i], int(rungs[ends[j] - 1])
+    sorted_lengths = lengths[order]
+
+    def cost(i: int, j: int) -> int:  # merge ladder groups i..j (inclusive) into one call
+        n = ends[j] - starts[i]
         calls = -(-n // max_tasks)
-        per_call = min(next_pow2(n), max_tasks)
-        return calls * (per_call * length + call_overhead)
+        if chunk is None:
+            per_call = max(min(next_pow2(n), max_tasks), min_tasks)
+            return calls * (per_call * int(rungs[ends[j] - 1]) + call_overhead)
+        return calls * call_overhead + executed_work(sorted_lengths[starts[i]: ends[j]], chunk)
 
     best = [0] + [np.iinfo(np.int64).max] * g
     choice = [0] * (g + 1)
@@ -81,9 +91,19 @@ def plan_buckets(lengths: np.ndarray, max_tasks: int = 256, call_overhead: int =
         length = int(rungs[ends[j - 1] - 1])
         for k in range(0, len(idx), max_tasks):
             part = idx[k: k + max_tasks]
-            buckets.append(Bucket(part, next_pow2(len(part)), length))
+            buckets.append(Bucket(part, max(next_pow2(len(part)), min_tasks), length))
         j = i
     return buckets[::-1]
+
+
+def executed_work(sorted_lengths: np.ndarray, chunk: int) -> int:
+    """Task-steps computed when ascending ``sorted_lengths`` run in chunks that stop at their maximum."""
+    n = len(sorted_lengths)
+    if n == 0:
+        return 0
+    maxima = sorted_lengths[np.minimum(np.arange(chunk - 1, n + chunk - 1, chunk), n - 1)]
+    sizes = np.minimum(chunk, n - np.arange(0, n, chunk))
+    return int(np.sum(maxima * sizes))
 
 
 def padding_waste(lengths: np.ndarray, buckets: list[Bucket]) -> float:

@@ -26,8 +26,9 @@ from ..data.federated import FederatedData
 from ..models.base import Model, Params
 from .buckets import plan_buckets
 from .config import LocalEvalConfig, LocalTrainConfig
-from .local import EvalResult, TrainResult, local_eval, local_train
-from .plan import ExecutionPlan, auto_plan, run_plan
+from .local import (EvalResult, TrainResult, eval_final, eval_init, eval_step, local_eval, local_train, train_final,
+                    train_init, train_step)
+from .plan import ExecutionPlan, auto_plan, cohort_scan
 from .stats import LossStats
 
 
@@ -50,7 +51,7 @@ class CallRecord:
     kind: str  # "train" or "eval"
     num_tasks: int  # real tasks
     padded_tasks: int  # power-of-two bucket size
-    length: int  # scan length
+    executed_work: int  # task-steps computed (chunks stop at their longest task)
     useful_work: int  # sum of real tasks' steps / batches
     seconds: float  # host wall time incl. device sync
     compiled: bool  # first call with this shape
@@ -66,7 +67,7 @@ class CohortEngine:
     def __init__(self, model: Model, data: FederatedData, train_cfg: LocalTrainConfig,
                  eval_cfg: LocalEvalConfig | None = None, *, seed: int = 0,
                  backend: Literal["jit", "debug"] = "jit", plan: ExecutionPlan | str | None = None,
-                 max_tasks_per_call: int = 256):
+                 max_tasks_per_call: int = 256, min_tasks_per_call: int | None = None):
         if backend not in ("jit", "debug"):
             raise ValueError(f"backend must be 'jit' or 'debug', got {backend!r}")
         self.model = model
@@ -76,8 +77,18 @@ class CohortEngine:
         self.backend = backend
         self.plan = ExecutionPlan.parse(plan) if isinstance(plan, str) else (plan or auto_plan())
         self.max_tasks_per_call = max_tasks_per_call
+        # Small flushes are padded up to one chunk: padded tasks are skipped by the
+        # step scan, and fewer distinct shapes mean fewer compilations.
+        self.min_tasks_per_call = min_tasks_per_call or (1 if self.plan.kind == "vmap" else
+                                                         8 if self.plan.kind == "map" else self.plan.chunk)
+        self._chunk = None if self.plan.kind == "vmap" else (1 if self.plan.kind == "map" else self.plan.chunk)
         self.base_key = jax.random.key(seed)
         self.counts = np.asarray(jax.device_get(data.counts))
+        # One compiled scan length per engine (the longest task any client can get);
+        # chunks stop early, so shapes depend on the task count only.
+        all_clients = np.arange(len(self.counts))
+        self.train_scan_len = int(self.num_train_steps(all_clients).max(initial=1))
+        self.eval_scan_len = int(self.num_eval_batches(all_clients).max(initial=1))
         self.records: list[CallRecord] = []
         self._seen_shapes: set[tuple] = set()
         self._train_jit = jax.jit(partial(_train_cohort, model, train_cfg), static_argnames=("max_steps", "plan"))
@@ -97,11 +108,11 @@ class CohortEngine:
         if self.backend == "debug":
             return self._train_debug(stacked_params, slots, clients, task_ids, steps)
         parts, order = [], []
-        for b in plan_buckets(steps, self.max_tasks_per_call):
+        for b in self._buckets(steps):
             args = _pad_task_args(b.num_tasks, slots[b.indices], clients[b.indices], task_ids[b.indices],
                                   steps[b.indices])
             out = self._timed("train", b, steps, lambda: self._train_jit(
-                stacked_params, self.data, *args, self.base_key, max_steps=b.length, plan=self.plan))
+                stacked_params, self.data, *args, self.base_key, max_steps=self.train_scan_len, plan=self.plan))
             parts.append((out, len(b.indices)))
             order.append(b.indices)
         return _assemble_train(parts, np.concatenate(order))
@@ -113,11 +124,11 @@ class CohortEngine:
         if self.backend == "debug":
             return self._eval_debug(stacked_params, slots, clients, task_ids, batches)
         stats_parts, correct_parts, order = [], [], []
-        for b in plan_buckets(batches, self.max_tasks_per_call):
+        for b in self._buckets(batches):
             args = _pad_task_args(b.num_tasks, slots[b.indices], clients[b.indices], task_ids[b.indices],
                                   batches[b.indices])
             out: EvalResult = self._timed("eval", b, batches, lambda: self._eval_jit(
-                stacked_params, self.data, *args, self.base_key, max_batches=b.length, plan=self.plan))
+                stacked_params, self.data, *args, self.base_key, max_batches=self.eval_scan_len, plan=self.plan))
             host = jax.device_get(out)
             n = len(b.indices)
             stats_parts.append(LossStats(*(np.asarray(v)[:n] for v in host.stats)))
@@ -134,7 +145,7 @@ class CohortEngine:
             recs = [r for r in self.records if r.kind == kind]
             if not recs:
                 continue
-            padded = sum(r.padded_tasks * r.length for r in recs)
+            padded = sum(r.executed_work for r in recs)
             useful = sum(r.useful_work for r in recs)
             sizes = np.array([r.num_tasks for r in recs])
             out[kind] = {
@@ -160,14 +171,22 @@ class CohortEngine:
             raise ValueError(f"client ids must lie in [0, {len(self.counts)})")
         return slots, clients, task_ids
 
+    def _buckets(self, lengths: np.ndarray):
+        return plan_buckets(lengths, self.max_tasks_per_call, min_tasks=self.min_tasks_per_call, chunk=self._chunk)
+
     def _timed(self, kind, bucket, lengths, call):
-        shape = (kind, bucket.num_tasks, bucket.length)
+        shape = (kind, bucket.num_tasks, jax.tree_util.tree_leaves(self.data)[0].shape)
         compiled = shape not in self._seen_shapes
         self._seen_shapes.add(shape)
         t0 = time.perf_counter()
         out = jax.block_until_ready(call())
-        self.records.append(CallRecord(kind, len(bucket.indices), bucket.num_tasks, bucket.length,
-                                       int(np.sum(lengths[bucket.indices])), time.perf_counter() - t0, compiled))
+        # bucket indices come sorted by length; padded tasks (length 0) follow them
+        real = lengths[bucket.indices]
+        padded = np.concatenate([real, np.zeros(bucket.num_tasks - len(real), real.dtype)])
+        chunk = self._chunk or bucket.num_tasks
+        work = int(sum(len(c) * c.max() for c in np.split(padded, bucket.num_tasks // chunk)))
+        self.records.append(CallRecord(kind, len(bucket.indices), bucket.num_tasks, work, int(real.sum()),
+                                       time.perf_counter() - t0, compiled))
         return out
 
     def _task_params(self, stacked, slot):
@@ -227,17 +246,29 @@ def _assemble_train(parts, order) -> CohortTrainOutput:
 
 def _train_cohort(model, cfg, stacked, data, slots, clients, task_ids, num_steps, base_key, *, max_steps,
                   plan) -> TrainResult:
-    def one(slot, client, tid, n):
+    def init(slot, client, tid):
         params = jax.tree_util.tree_map(lambda s: s[slot], stacked)
-        return local_train(model, cfg, max_steps, params, data, client, jax.random.fold_in(base_key, tid), n)
+        return train_init(model, cfg, params, data, client, jax.random.fold_in(base_key, tid))
 
-    return run_plan(one, plan, (slots, clients, task_ids, num_steps))
+    def step(ctx, carry, s, n):
+        return train_step(model, cfg, data, ctx, carry, s, n)
+
+    def final(ctx, carry, n):
+        return train_final(ctx, carry, n, max_steps)
+
+    return cohort_scan(init, step, final, plan, (slots, clients, task_ids), num_steps, max_steps)
 
 
 def _eval_cohort(model, cfg, stacked, data, slots, clients, task_ids, num_batches, base_key, *, max_batches,
                  plan) -> EvalResult:
-    def one(slot, client, tid, n):
+    def init(slot, client, tid):
         params = jax.tree_util.tree_map(lambda s: s[slot], stacked)
-        return local_eval(model, cfg, max_batches, params, data, client, jax.random.fold_in(base_key, tid), n)
+        return eval_init(model, cfg, params, data, client, jax.random.fold_in(base_key, tid))
 
-    return run_plan(one, plan, (slots, clients, task_ids, num_batches))
+    def step(ctx, carry, b, n):
+        return eval_step(model, cfg, data, ctx, carry, b, n)
+
+    def final(ctx, carry, n):
+        return eval_final(ctx, carry, n, max_batches)
+
+    return cohort_scan(init, step, final, plan, (slots, clients, task_ids), num_batches, max_batches)

@@ -13,17 +13,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..data.federated import TestSet
+from ..data.federated import HeldOutSet
 from ..models.base import Model, Params
 
 
-class TestMetrics(NamedTuple):
+class HeldOutMetrics(NamedTuple):
     accuracy: float
     loss: float
 
 
 @partial(jax.jit, static_argnums=(0, 3))
-def _eval_chunks(model: Model, params: Params, test: TestSet, chunk: int):
+def _eval_chunks(model: Model, params: Params, test: HeldOutSet, chunk: int):
     n = test.y.shape[0]
     num_chunks = -(-n // chunk)
     idx = jnp.arange(num_chunks * chunk).reshape(num_chunks, chunk)
@@ -40,16 +40,16 @@ def _eval_chunks(model: Model, params: Params, test: TestSet, chunk: int):
     return correct, loss_sum
 
 
-def evaluate(model: Model, params: Params, test: TestSet, chunk: int = 1000) -> TestMetrics:
+def evaluate(model: Model, params: Params, test: HeldOutSet, chunk: int = 1000) -> HeldOutMetrics:
     """Accuracy and mean loss of ``params`` on the whole test set."""
     n = int(test.y.shape[0])
     if n == 0:
         raise ValueError("empty test set")
     correct, loss_sum = jax.device_get(_eval_chunks(model, params, test, min(chunk, n)))
-    return TestMetrics(float(correct) / n, float(loss_sum) / n)
+    return HeldOutMetrics(float(correct) / n, float(loss_sum) / n)
 
 
-def evaluate_versions(model: Model, stacked: Params, slots, test: TestSet, chunk: int = 1000) -> np.ndarray:
+def evaluate_versions(model: Model, stacked: Params, slots, test: HeldOutSet, chunk: int = 1000) -> np.ndarray:
     """(accuracy, loss) rows for several stored model versions (deferred metrics)."""
     out = []
     for s in np.asarray(slots).reshape(-1):

@@ -10,7 +10,7 @@ lazy batched execution relies on (DESIGN.md).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -71,59 +71,117 @@ def _client_batch(data: FederatedData, row: jax.Array, positions: jax.Array, key
     return normalize(raw, data.input_scale, data.input_mean, data.input_std), data.y[idx]
 
 
+class TrainContext(NamedTuple):
+    """Per-task constants of a training task (a pytree; vmapped with the task)."""
+
+    start: Params  # parameters the task starts from
+    row: jax.Array  # (max_count,) the client's index-table row
+    count: jax.Array  # () samples the client holds
+    steps_per_epoch: jax.Array  # ()
+    k_order: jax.Array  # batch-order key
+    k_augment: jax.Array  # augmentation key
+
+
+class TrainCarry(NamedTuple):
+    params: Params
+    opt_state: Any
+    all_steps: LossStats
+    first_batch: LossStats
+
+
+def train_init(model: Model, cfg: LocalTrainConfig, params: Params, data: FederatedData, client: jax.Array,
+               key: jax.Array) -> tuple[TrainContext, TrainCarry]:
+    """Task setup: the client's row, its keys, and the optimizer state."""
+    del model
+    count = data.counts[client]
+    k_order, k_augment = jax.random.split(key)
+    ctx = TrainContext(params, data.index_table[client], count, cfg.steps_per_epoch(count), k_order, k_augment)
+    return ctx, TrainCarry(params, cfg.optimizer().init(params), LossStats.zeros(), LossStats.zeros())
+
+
+def train_step(model: Model, cfg: LocalTrainConfig, data: FederatedData, ctx: TrainContext, carry: TrainCarry,
+               s: jax.Array, num_steps: jax.Array) -> TrainCarry:
+    """Local step ``s``; a no-op (bit for bit) when ``s >= num_steps``."""
+    opt = cfg.optimizer()
+    width = data.index_table.shape[1]
+    positions, valid = batch_positions(ctx.k_order, s, ctx.count, ctx.steps_per_epoch, cfg.batch_size, width)
+    x, y = _client_batch(data, ctx.row, positions, jax.random.fold_in(ctx.k_augment, s), cfg.augment)
+
+    def loss_fn(p):
+        losses, _ = model.loss(p, x, y)
+        return _masked_mean(losses, valid), losses
+
+    (_, losses), grads = jax.value_and_grad(loss_fn, has_aux=True)(carry.params)
+    updates, new_opt_state = opt.update(grads, carry.opt_state, carry.params)
+    new_params = jax.tree_util.tree_map(lambda a, u: a + u, carry.params, updates)
+    active = s < num_steps
+    keep = lambda new, old: jnp.where(active, new, old)  # noqa: E731
+    batch_stats = LossStats.of(losses, valid & active)
+    first = jax.tree_util.tree_map(lambda f, b: jnp.where(s == 0, b, f), carry.first_batch, batch_stats)
+    return TrainCarry(jax.tree_util.tree_map(keep, new_params, carry.params),
+                      jax.tree_util.tree_map(keep, new_opt_state, carry.opt_state),
+                      carry.all_steps + batch_stats, first)
+
+
+def train_final(ctx: TrainContext, carry: TrainCarry, num_steps: jax.Array, max_steps: int) -> TrainResult:
+    delta = jax.tree_util.tree_map(lambda a, b: a - b, carry.params, ctx.start)
+    return TrainResult(delta, carry.first_batch, carry.all_steps, jnp.minimum(num_steps, max_steps).astype(jnp.int32))
+
+
 def local_train(model: Model, cfg: LocalTrainConfig, max_steps: int, params: Params, data: FederatedData,
                 client: jax.Array, key: jax.Array, num_steps: jax.Array) -> TrainResult:
-    """Trains one client from ``params`` for ``num_steps`` (<= ``max_steps``) SGD steps."""
-    opt = cfg.optimizer()
-    row = data.index_table[client]
+    """Trains one client from ``params`` for ``num_steps`` (<= ``max_steps``) SGD steps.
+
+    The reference composition of ``train_init`` / ``train_step`` / ``train_final``;
+    the cohort engine runs the same three pieces with the step scan outside vmap.
+    """
+    ctx, carry = train_init(model, cfg, params, data, client, key)
+    carry, _ = jax.lax.scan(lambda c, s: (train_step(model, cfg, data, ctx, c, s, num_steps), None), carry,
+                            jnp.arange(max_steps))
+    return train_final(ctx, carry, num_steps, max_steps)
+
+
+class EvalContext(NamedTuple):
+    params: Params
+    row: jax.Array
+    count: jax.Array
+    perm: jax.Array  # (max_count,) shuffled positions
+
+
+class EvalCarry(NamedTuple):
+    stats: LossStats
+    correct: jax.Array
+
+
+def eval_init(model: Model, cfg: LocalEvalConfig, params: Params, data: FederatedData, client: jax.Array,
+              key: jax.Array) -> tuple[EvalContext, EvalCarry]:
+    del model, cfg
     count = data.counts[client]
-    spe = cfg.steps_per_epoch(count)
+    perm = _epoch_permutation(key, count, data.index_table.shape[1])
+    return EvalContext(params, data.index_table[client], count, perm), EvalCarry(LossStats.zeros(),
+                                                                                jnp.zeros((), jnp.float32))
+
+
+def eval_step(model: Model, cfg: LocalEvalConfig, data: FederatedData, ctx: EvalContext, carry: EvalCarry,
+              b: jax.Array, num_batches: jax.Array) -> EvalCarry:
     width = data.index_table.shape[1]
+    pos = b * cfg.batch_size + jnp.arange(cfg.batch_size)
+    valid = (pos < ctx.count) & (b < num_batches)
+    x, y = _client_batch(data, ctx.row, ctx.perm[jnp.minimum(pos, width - 1)], None, False)
+    losses, logits = model.loss(ctx.params, x, y)
+    hit = ((logits.argmax(-1) == y) & valid).astype(jnp.float32).sum()
+    return EvalCarry(carry.stats + LossStats.of(losses, valid), carry.correct + hit)
 
-    def loss_fn(p, x, y, mask):
-        losses, _ = model.loss(p, x, y)
-        return _masked_mean(losses, mask), losses
 
-    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-    k_order, k_augment = jax.random.split(key)
-
-    def step(carry, s):
-        p, opt_state, stats, first = carry
-        positions, valid = batch_positions(k_order, s, count, spe, cfg.batch_size, width)
-        x, y = _client_batch(data, row, positions, jax.random.fold_in(k_augment, s), cfg.augment)
-        (_, losses), grads = grad_fn(p, x, y, valid)
-        updates, new_opt_state = opt.update(grads, opt_state, p)
-        new_p = jax.tree_util.tree_map(lambda a, u: a + u, p, updates)
-        active = s < num_steps
-        keep = lambda new, old: jnp.where(active, new, old)  # noqa: E731
-        p = jax.tree_util.tree_map(keep, new_p, p)
-        opt_state = jax.tree_util.tree_map(keep, new_opt_state, opt_state)
-        batch_stats = LossStats.of(losses, valid & active)
-        first = jax.tree_util.tree_map(lambda f, b: jnp.where(s == 0, b, f), first, batch_stats)
-        return (p, opt_state, stats + batch_stats, first), None
-
-    init = (params, opt.init(params), LossStats.zeros(), LossStats.zeros())
-    (final, _, stats, first), _ = jax.lax.scan(step, init, jnp.arange(max_steps))
-    delta = jax.tree_util.tree_map(lambda a, b: a - b, final, params)
-    return TrainResult(delta, first, stats, jnp.minimum(num_steps, max_steps).astype(jnp.int32))
+def eval_final(ctx: EvalContext, carry: EvalCarry, num_batches: jax.Array, max_batches: int) -> EvalResult:
+    del ctx, num_batches, max_batches
+    return EvalResult(carry.stats, carry.correct)
 
 
 def local_eval(model: Model, cfg: LocalEvalConfig, max_batches: int, params: Params, data: FederatedData,
                client: jax.Array, key: jax.Array, num_batches: jax.Array) -> EvalResult:
     """Forward-pass loss statistics over ``num_batches`` shuffled batches of the client's data."""
-    row = data.index_table[client]
-    count = data.counts[client]
-    width = data.index_table.shape[1]
-    perm = _epoch_permutation(key, count, width)
-
-    def body(carry, b):
-        stats, correct = carry
-        pos = b * cfg.batch_size + jnp.arange(cfg.batch_size)
-        valid = (pos < count) & (b < num_batches)
-        x, y = _client_batch(data, row, perm[jnp.minimum(pos, width - 1)], None, False)
-        losses, logits = model.loss(params, x, y)
-        hit = ((logits.argmax(-1) == y) & valid).astype(jnp.float32).sum()
-        return (stats + LossStats.of(losses, valid), correct + hit), None
-
-    (stats, correct), _ = jax.lax.scan(body, (LossStats.zeros(), jnp.zeros((), jnp.float32)), jnp.arange(max_batches))
-    return EvalResult(stats, correct)
+    ctx, carry = eval_init(model, cfg, params, data, client, key)
+    carry, _ = jax.lax.scan(lambda c, b: (eval_step(model, cfg, data, ctx, c, b, num_batches), None), carry,
+                            jnp.arange(max_batches))
+    return eval_final(ctx, carry, num_batches, max_batches)

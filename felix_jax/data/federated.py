@@ -74,7 +74,7 @@ def to_device(ds: ArrayDataset, partition: Partition) -> FederatedData:
 
 
 @flax.struct.dataclass
-class TestSet:
+class HeldOutSet:
     """Device-resident held-out data for the server's accuracy checkpoints."""
 
     x: jax.Array  # (M, *input_shape) stored dtype
@@ -87,6 +87,6 @@ class TestSet:
         return normalize(self.x[idx], self.input_scale, self.input_mean, self.input_std)
 
 
-def test_set_to_device(ds: ArrayDataset) -> TestSet:
+def held_out_to_device(ds: ArrayDataset) -> HeldOutSet:
     scale, mean, std = _norm_arrays(ds)
-    return TestSet(jnp.asarray(ds.test_x), jnp.asarray(ds.test_y, jnp.int32), scale, mean, std)
+    return HeldOutSet(jnp.asarray(ds.test_x), jnp.asarray(ds.test_y, jnp.int32), scale, mean, std)

@@ -1,0 +1,144 @@
+"""``felix-jax compare``: every (strategy, availability, seed) of a scenario, then a table
+and paper-style figures (host side).
+
+Writes ``DIR/summary.csv`` (one row per run), ``DIR/table.txt`` (time-to-target
+and bytes per strategy and regime, ratios against FeLiX), one results folder per
+run (``DIR/runs/<strategy>-<availability>-seed<k>``), and figures:
+``accuracy.png`` (accuracy vs virtual hours per regime), ``bytes.png`` (bytes per
+strategy, train vs eval), ``cdfs.png`` (staleness, utility age and aggregation
+weights of FeLiX vs OORT+Async).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .runner import run
+from .scenario import Scenario
+
+SUMMARY_COLUMNS = ["strategy", "scenario", "availability", "seed", "time_to_target_s", "time_to_target_h",
+                   "bytes_total", "bytes_train", "bytes_eval", "control_bytes", "aggregations", "final_accuracy",
+                   "best_accuracy", "agg_interval_p50_s", "agg_interval_p95_s", "staleness_p50", "stop_reason",
+                   "host_seconds"]
+
+
+def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds: list[int], out: Path,
+               progress: bool = True, log: Callable[[str], None] = print) -> list[dict]:
+    rows = []
+    total = len(strategies) * len(regimes) * len(seeds)
+    i = 0
+    for regime in regimes:
+        for strategy in strategies:
+            for seed in seeds:
+                i += 1
+                sc = base.with_overrides({"strategy": strategy, "availability": regime, "seed": seed})
+                run_dir = out / "runs" / f"{strategy}-{regime}-seed{seed}"
+                log(f"[{i}/{total}] {strategy} on {regime}, seed {seed}")
+                s = run(sc, run_dir, progress=progress).summary
+                rows.append({"strategy": strategy, "scenario": base.name, "availability": regime, "seed": seed,
+                             **{k: s.get(k) for k in SUMMARY_COLUMNS if k in s}, "run_dir": str(run_dir)})
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "summary.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=SUMMARY_COLUMNS + ["run_dir"], extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    return rows
+
+
+def _mean(values):
+    vals = [v for v in values if v is not None]
+    return None if len(vals) < len(values) or not vals else float(np.mean(vals))
+
+
+def comparison_table(rows: list[dict], strategies: list[str], regimes: list[str], reference: str = "felix") -> str:
+    """Hours to target (mean over seeds; '-' if any seed missed it) and GB, with ratios to ``reference``."""
+    cell: dict[tuple[str, str], tuple] = {}
+    for st in strategies:
+        for rg in regimes:
+            sel = [r for r in rows if r["strategy"] == st and r["availability"] == rg]
+            hours = _mean([r["time_to_target_h"] for r in sel])
+            gb = float(np.mean([r["bytes_total"] for r in sel])) / 1e9 if sel else None
+            cell[st, rg] = (hours, gb)
+    head = f"{'strategy':<22}" + "".join(f"{rg:>26}" for rg in regimes)
+    lines = ["time to target in virtual hours (x = ratio to %s), total GB" % reference, head]
+    for st in strategies:
+        parts = []
+        for rg in regimes:
+            hours, gb = cell[st, rg]
+            ref_h = cell.get((reference, rg), (None, None))[0]
+            ratio = f"x{hours / ref_h:.2f}" if hours is not None and ref_h else ""
+            parts.append(f"{('-' if hours is None else f'{hours:.2f} h'):>9} {ratio:>6} {gb or 0:>8.3f} GB")
+        lines.append(f"{st:<22}" + "".join(f"{p:>26}" for p in parts))
+    return "\n".join(lines)
+
+
+def plot_comparison(rows: list[dict], strategies: list[str], regimes: list[str], out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    fig, axes = plt.subplots(1, len(regimes), figsize=(4.2 * len(regimes), 3.4), squeeze=False)
+    for ax, rg in zip(axes[0], regimes):
+        for st in strategies:
+            for r in rows:
+                if r["strategy"] == st and r["availability"] == rg and r["seed"] == rows[0]["seed"]:
+                    data = np.genfromtxt(Path(r["run_dir"]) / "metrics.csv", delimiter=",", names=True)
+                    ax.plot(np.atleast_1d(data["hours"]), np.atleast_1d(data["accuracy"]), label=st, lw=1.1)
+        ax.set_title(rg)
+        ax.set_xlabel("virtual hours")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("test accuracy")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    paths.append(out / "accuracy.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(1, len(regimes), figsize=(4.2 * len(regimes), 3.4), squeeze=False)
+    for ax, rg in zip(axes[0], regimes):
+        train = [np.mean([r["bytes_train"] for r in rows if r["strategy"] == st and r["availability"] == rg]) / 1e9
+                 for st in strategies]
+        ev = [np.mean([r["bytes_eval"] for r in rows if r["strategy"] == st and r["availability"] == rg]) / 1e9
+              for st in strategies]
+        x = np.arange(len(strategies))
+        ax.bar(x, train, label="train")
+        ax.bar(x, ev, bottom=train, label="eval")
+        ax.set_xticks(x, strategies, rotation=45, ha="right", fontsize=7)
+        ax.set_title(rg)
+    axes[0][0].set_ylabel("GB")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    paths.append(out / "bytes.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    pair = [s for s in ("felix", "oort-async") if s in strategies]
+    if pair:
+        fig, axes = plt.subplots(1, 3, figsize=(12, 3.3))
+        for ax, key, label in zip(axes, ("staleness", "utility_age", "agg_weights"),
+                                  ("staleness at aggregation", "utility age at selection", "aggregation weight")):
+            for st in pair:
+                values = []
+                for r in rows:
+                    if r["strategy"] == st:
+                        d = json.loads((Path(r["run_dir"]) / "distributions.json").read_text())
+                        values.extend(v for v in d[key] if v is not None and v >= 0)
+                if values:
+                    v = np.sort(np.asarray(values, float))
+                    ax.step(v, np.arange(1, len(v) + 1) / len(v), where="post", label=st)
+            ax.set_xlabel(label)
+            ax.set_ylabel("CDF")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        paths.append(out / "cdfs.png")
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+    return paths

@@ -1,0 +1,44 @@
+"""Named scenario presets (``felix-jax run --preset NAME``)."""
+
+from __future__ import annotations
+
+from .scenario import Scenario
+
+PRESETS: dict[str, Scenario] = {
+    # Finishes in a few minutes on 2 CPU cores, offline: the embedded digits,
+    # the paper's CNN, 30 clients with Dirichlet(0.5) label skew, paper delays.
+    "quickstart": Scenario(),
+    # Seconds: a tiny MLP on the embedded digits (end-to-end tests, CI).
+    "tiny": Scenario(name="tiny", model="mlp", num_clients=12, concurrency=4, aggregation_goal=2,
+                     learning_rate=0.1, target_accuracy=0.5, max_aggregations=60, max_virtual_hours=6.0),
+    # The paper's CIFAR-10 setup (REFERENCE.md): its CNN, 300 clients, Dirichlet(0.1),
+    # 1 local epoch of batch 32, SGD 0.04 with crop+flip, c=30, K=10, the paper's
+    # per-client delays, target 70%. Needs FELIX_JAX_DATA; sized for a GPU.
+    "cifar10-paper": Scenario(name="cifar10-paper", dataset="cifar10", num_clients=300, alpha=0.1,
+                              batch_size=32, learning_rate=0.04, augment=True, device_profile="reference",
+                              concurrency=30, aggregation_goal=10, target_accuracy=0.70,
+                              max_virtual_hours=72.0, max_aggregations=20_000, eval_every=1),
+    # Minutes per run on 2 CPU cores: a 10k-image subset, 100 clients, 1k test images.
+    "cifar10-small": Scenario(name="cifar10-small", dataset="cifar10", num_clients=100, alpha=0.1,
+                              num_train=10_000, num_test=1_000, batch_size=32, learning_rate=0.04,
+                              concurrency=10, aggregation_goal=5, target_accuracy=0.30, eval_min_age=10,
+                              max_virtual_hours=24.0, max_aggregations=300, eval_every=2),
+    # Speech Commands (the shared copy is the 4,890-clip official test set, split by
+    # speaker), the 7.26M-parameter ResNet, clients = speakers. Sized for a GPU.
+    "speech-paper": Scenario(name="speech-paper", dataset="speech_commands", partition="speaker",
+                             num_clients=100, model="speech_resnet", batch_size=32, learning_rate=0.05,
+                             concurrency=30, aggregation_goal=10, target_accuracy=0.60, max_virtual_hours=72.0,
+                             max_aggregations=20_000),
+    # Minutes on CPU: the same data with a small ResNet (16-128 channels, one block a stage).
+    "speech-small": Scenario(name="speech-small", dataset="speech_commands", partition="speaker",
+                             num_clients=40, model="speech_resnet_small", batch_size=32, learning_rate=0.05,
+                             concurrency=8, aggregation_goal=4, target_accuracy=0.30, eval_min_age=10,
+                             max_virtual_hours=24.0, max_aggregations=200, eval_every=2),
+}
+
+
+def get_preset(name: str) -> Scenario:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise KeyError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}") from None

@@ -1,0 +1,79 @@
+"""Registries: names at the CLI edge -> objects (resolved once per run).
+
+Availability regimes: ``avail100`` (always available), ``avail90`` / ``avail50``
+(the paper's slot process: 144 slots of 600 s, each available with probability
+0.9 / 0.5, every client available at t=0; generated for the scenario's clients
+and seed, repeating every 24 h so runs longer than a day keep their availability
+level), ``mobiperf`` (the shared real trace ``mobiperf_3st_50``: AVL_TRAIN while
+charging, AVL_EVAL when not charging but battery >= 50%; held after its 6.2 days),
+and ``ref:NAME`` for any shared reference trace (``syn_0``, ``syn_20``, ``syn_50``,
+``mobiperf_2st``, ``mobiperf_3st_50``, ``mobiperf_3st_75``) as recorded.
+Reference traces have 300 clients; a scenario with more reuses them cyclically.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from ..models import cifar_cnn, mlp, speech_resnet
+from ..models.base import Model
+from ..traces import (AvailabilityTrace, DeviceProfile, always_available, flash_profile, load_reference_trace,
+                      paper_halfnormal, reference_profile, slot_bernoulli)
+
+
+def _cycle(trace: AvailabilityTrace, n: int) -> AvailabilityTrace:
+    return trace.restrict(np.arange(n) % trace.num_clients)
+
+
+def _slots(p: float) -> Callable[..., AvailabilityTrace]:
+    return lambda n, seed, slot_s=600.0: slot_bernoulli(n, p, slot_s=slot_s, seed=seed, beyond_end="repeat")
+
+
+AVAILABILITY: dict[str, Callable[..., AvailabilityTrace]] = {
+    "avail100": lambda n, seed, slot_s=600.0: always_available(n, 86400.0),
+    "avail90": _slots(0.9),
+    "avail50": _slots(0.5),
+    "mobiperf": lambda n, seed, slot_s=600.0: _cycle(load_reference_trace("mobiperf_3st_50"), n),
+}
+
+
+def make_trace(name: str, num_clients: int, seed: int, slot_s: float = 600.0) -> AvailabilityTrace:
+    """The regime's trace; ``slot_s`` sets the slot length of the synthetic regimes (paper: 600 s)."""
+    if name.startswith("ref:"):
+        return _cycle(load_reference_trace(name[4:]), num_clients)
+    try:
+        return AVAILABILITY[name](num_clients, seed, slot_s)
+    except KeyError:
+        raise KeyError(f"unknown availability regime {name!r}; known: {', '.join(AVAILABILITY)}, ref:NAME") from None
+
+
+DEVICE_PROFILES: dict[str, Callable[[int, int], DeviceProfile]] = {
+    "paper_halfnormal": lambda n, seed: paper_halfnormal(n, seed),
+    "reference": lambda n, seed: reference_profile().restrict(np.arange(n) % 300),
+    "flash": lambda n, seed: flash_profile(n, seed),
+}
+
+
+def make_profile(name: str, num_clients: int, seed: int) -> DeviceProfile:
+    try:
+        return DEVICE_PROFILES[name](num_clients, seed)
+    except KeyError:
+        raise KeyError(f"unknown device profile {name!r}; known: {', '.join(DEVICE_PROFILES)}") from None
+
+
+MODELS: dict[str, Callable[[tuple, int], Model]] = {
+    "cifar_cnn": lambda shape, classes: cifar_cnn(num_classes=classes, input_shape=shape),
+    "speech_resnet": lambda shape, classes: speech_resnet(shape, classes),
+    "speech_resnet_small": lambda shape, classes: speech_resnet(shape, classes, widths=(16, 32, 64, 128),
+                                                                blocks=(1, 1, 1, 1)),
+    "mlp": lambda shape, classes: mlp(shape, classes, hidden=(64,)),
+}
+
+
+def make_model(name: str, input_shape: tuple, num_classes: int) -> Model:
+    try:
+        return MODELS[name](tuple(input_shape), num_classes)
+    except KeyError:
+        raise KeyError(f"unknown model {name!r}; known: {', '.join(MODELS)}") from None

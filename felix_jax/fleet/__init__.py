@@ -1,0 +1,10 @@
+"""The virtual-time fleet: clock, task lifecycle, server view, modes (host side)."""
+
+from .clientmap import ClientMap
+from .config import FleetConfig, StopRule
+from .events import EventKind, EventQueue
+from .knowledge import Knowledge
+from .lifecycle import Interruption, Timeline, task_timeline
+
+__all__ = ["ClientMap", "FleetConfig", "StopRule", "EventKind", "EventQueue", "Knowledge", "Interruption",
+           "Timeline", "task_timeline"]

@@ -1,0 +1,63 @@
+"""Fleet configuration: frozen, validated, strings resolved to enums once."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Literal
+
+from .knowledge import Knowledge
+from .lifecycle import Interruption
+
+
+@dataclasses.dataclass(frozen=True)
+class FleetConfig:
+    """How the server runs (REFERENCE.md "Async runs", "Sync OORT", "TierTrack")."""
+
+    mode: Literal["sync", "async"] = "async"
+    knowledge: Knowledge = Knowledge.NONE
+    concurrency: int = 30  # async: c tasks in flight
+    aggregation_goal: int = 10  # K updates per aggregation
+    overcommit: float = 1.3  # sync: select int(overcommit * K) clients per round
+    timeout_s: float = 90.0  # server's timer per task; inf disables it
+    timeout_frees_slot: bool = False  # the FeLiX code keeps the slot until the reply
+    interruption: Interruption = Interruption.RESUME
+    utility_from: Literal["first_batch", "all_steps"] = "first_batch"  # FeLiX code: first batch of 32
+    control_message_bytes: int = 64  # one TierTrack notification
+    sees_eval_tier: bool = False  # strategies with an eval selector may use AVL_EVAL clients
+
+    def __post_init__(self):
+        object.__setattr__(self, "knowledge", Knowledge(self.knowledge))
+        object.__setattr__(self, "interruption", Interruption(self.interruption))
+        if self.mode not in ("sync", "async"):
+            raise ValueError(f"mode must be 'sync' or 'async', got {self.mode!r}")
+        if self.aggregation_goal < 1:
+            raise ValueError("aggregation_goal must be >= 1")
+        if self.mode == "async" and self.concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        if self.overcommit < 1.0:
+            raise ValueError("overcommit must be >= 1")
+        if not (self.timeout_s > 0 or math.isinf(self.timeout_s)):
+            raise ValueError("timeout_s must be > 0 (or inf)")
+
+    @property
+    def round_size(self) -> int:
+        """Clients a sync round selects."""
+        return max(self.aggregation_goal, int(self.overcommit * self.aggregation_goal))
+
+
+@dataclasses.dataclass(frozen=True)
+class StopRule:
+    """When a run ends; time-to-target uses the paper's rule (REFERENCE.md)."""
+
+    target_accuracy: float | None = None
+    window: int = 20  # mean of the last `window` accuracies >= target, and the last one too
+    max_virtual_s: float = 48 * 3600.0
+    max_aggregations: int = 10_000
+    eval_every: int = 1  # test-set evaluation every n aggregations
+
+    def reached(self, accuracies: list[float]) -> bool:
+        if self.target_accuracy is None or not accuracies:
+            return False
+        recent = accuracies[-self.window:]  # fewer than `window` early on: mean of those so far
+        return sum(recent) / len(recent) >= self.target_accuracy and accuracies[-1] >= self.target_accuracy

@@ -1,0 +1,134 @@
+"""Lazy batched execution of tasks (DESIGN.md, "Lazy batched execution").
+
+Dispatch records a task and computes nothing. The first time the server needs
+any result, every pending task is computed in one cohort call per kind (train,
+eval), bucketed and vmapped by the cohort engine. Start parameters come from the
+device :class:`VersionStore`; a version is kept while pending tasks need it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..cohort import CohortEngine, LossStats, VersionStore
+from ..models.base import Params
+
+
+@dataclasses.dataclass
+class _Pending:
+    task_id: int
+    client: int
+    version: int
+    kind: str  # "train" | "eval"
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainOutcome:
+    """One training task's result (host statistics; the delta stays on the device)."""
+
+    batch: Any  # the flush's CohortTrainOutput
+    index: int  # row in that flush
+    first_batch: LossStats  # python floats
+    all_steps: LossStats
+    num_steps: int
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalOutcome:
+    stats: LossStats
+    correct: float
+
+
+class LazyExecutor:
+    def __init__(self, engine: CohortEngine, store: VersionStore):
+        self.engine = engine
+        self.store = store
+        self._pending: dict[int, _Pending] = {}
+        self._done: dict[int, TrainOutcome | EvalOutcome] = {}
+        self.flush_sizes: list[int] = []
+        self.current_version: int | None = None
+
+    def publish(self, version: int, params: Params) -> None:
+        """Makes ``version`` the current model (dispatches start from it)."""
+        self.store.put(version, params)
+        self.current_version = version
+        self._release_unused()
+
+    def submit(self, task_id: int, client: int, version: int, kind: str) -> None:
+        if version not in self.store:
+            raise KeyError(f"task {task_id}: model version {version} is not in the store")
+        self._pending[task_id] = _Pending(task_id, client, version, kind)
+
+    def result(self, task_id: int) -> TrainOutcome | EvalOutcome:
+        """The task's result, flushing every pending task first if needed (then forgets it)."""
+        if task_id not in self._done:
+            if task_id not in self._pending:
+                raise KeyError(f"unknown task {task_id}")
+            self.flush()
+        return self._done.pop(task_id)
+
+    def discard(self, task_id: int) -> None:
+        """Forgets a task whose result will never be needed (abandoned)."""
+        self._pending.pop(task_id, None)
+        self._done.pop(task_id, None)
+        self._release_unused()
+
+    @property
+    def num_pending(self) -> int:
+        return len(self._pending)
+
+    def flush(self) -> None:
+        pending = list(self._pending.values())
+        self._pending.clear()
+        if not pending:
+            return
+        self.flush_sizes.append(len(pending))
+        for kind in ("train", "eval"):
+            tasks = [p for p in pending if p.kind == kind]
+            if not tasks:
+                continue
+            ids = np.array([p.task_id for p in tasks])
+            clients = np.array([p.client for p in tasks])
+            slots = np.array(self.store.slots([p.version for p in tasks]))
+            if kind == "train":
+                out = self.engine.train(self.store.stacked, slots, clients, ids)
+                for i, tid in enumerate(ids):
+                    self._done[int(tid)] = TrainOutcome(
+                        out, i, LossStats(*(float(v[i]) for v in out.first_batch)),
+                        LossStats(*(float(v[i]) for v in out.all_steps)), int(out.num_steps[i]))
+            else:
+                out = self.engine.evaluate(self.store.stacked, slots, clients, ids)
+                for i, tid in enumerate(ids):
+                    self._done[int(tid)] = EvalOutcome(LossStats(*(float(v[i]) for v in out.stats)),
+                                                       float(out.correct[i]))
+        self._release_unused()
+
+    def _release_unused(self) -> None:
+        needed = {p.version for p in self._pending.values()} | {self.current_version}
+        for v in self.store.versions:
+            if v not in needed:
+                self.store.release(v)
+
+
+def stack_deltas(outcomes: list[TrainOutcome]) -> Params:
+    """Stacks the deltas of several training outcomes (K, ...) on the device."""
+    groups: dict[int, tuple[Any, list[int], list[int]]] = {}
+    for pos, o in enumerate(outcomes):
+        entry = groups.setdefault(id(o.batch), (o.batch, [], []))
+        entry[1].append(o.index)
+        entry[2].append(pos)
+    parts, positions = [], []
+    for batch, rows, pos in groups.values():
+        idx = jnp.asarray(rows)
+        parts.append(jax.tree_util.tree_map(lambda d: d[idx], batch.delta))
+        positions.extend(pos)
+    stacked = parts[0] if len(parts) == 1 else jax.tree_util.tree_map(lambda *ps: jnp.concatenate(ps), *parts)
+    order = np.argsort(positions)
+    if not np.array_equal(order, np.arange(len(order))):
+        stacked = jax.tree_util.tree_map(lambda d: d[jnp.asarray(order)], stacked)
+    return stacked

@@ -1,0 +1,70 @@
+"""When does a task finish, given the client's availability trace?
+
+A task needs ``work_s`` seconds of time in an allowed tier (AVL_TRAIN for
+training; AVL_TRAIN or AVL_EVAL for eval). Dispatched at ``t0`` it waits until
+the client is in an allowed tier, runs, and when the client leaves the tier it is
+interrupted: ``resume`` continues where it stopped when the client returns (the
+paper: a trainer checkpoints), ``restart`` starts over, ``abandon`` drops it.
+Because a task's *result* depends only on (start model, client data, key), the
+timeline is computed once at dispatch and only decides *when* things happen.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+
+import numpy as np
+
+from ..traces import AvailabilityTrace
+
+
+class Interruption(str, enum.Enum):
+    RESUME = "resume"
+    RESTART = "restart"
+    ABANDON = "abandon"
+
+
+@dataclasses.dataclass(frozen=True)
+class Timeline:
+    """The hand-computable life of one task."""
+
+    start_s: float  # first moment it ran (inf if never)
+    finish_s: float  # completion time (inf if never: abandoned, or the client never returns)
+    first_stop_s: float  # first interruption (inf if none)
+    interruptions: int
+    abandoned: bool = False
+
+
+def task_timeline(trace: AvailabilityTrace, client: int, t0: float, work_s: float, allowed: frozenset[int],
+                  policy: Interruption = Interruption.RESUME, horizon_s: float = math.inf,
+                  max_changes: int = 100_000) -> Timeline:
+    """Walks the client's state changes from ``t0`` until ``work_s`` of allowed time accrue."""
+    if work_s < 0:
+        raise ValueError(f"work_s must be >= 0, got {work_s}")
+    cl = np.array([client])
+    t = float(t0)
+    state = int(trace.state_at(t, cl)[0])
+    remaining = float(work_s)
+    start = first_stop = math.inf
+    interruptions = 0
+    for _ in range(max_changes):
+        nt_arr, ns_arr = trace.next_change_after(t, cl)
+        nt, ns = float(nt_arr[0]), int(ns_arr[0])
+        if state in allowed:
+            start = min(start, t)
+            if t + remaining <= nt:
+                return Timeline(start, t + remaining, first_stop, interruptions)
+            if ns not in allowed:  # interrupted at nt
+                interruptions += 1
+                first_stop = min(first_stop, nt)
+                if policy is Interruption.ABANDON:
+                    return Timeline(start, math.inf, first_stop, interruptions, abandoned=True)
+                remaining = float(work_s) if policy is Interruption.RESTART else remaining - (nt - t)
+            else:
+                remaining -= nt - t
+        if nt == math.inf or nt > horizon_s:
+            return Timeline(start, math.inf, first_stop, interruptions)
+        t, state = nt, ns
+    raise RuntimeError(f"client {client}: task did not settle within {max_changes} state changes")

@@ -1,0 +1,77 @@
+"""Server modes: when to dispatch and when to aggregate (REFERENCE.md).
+
+- :class:`AsyncMode`: keeps ``concurrency`` training tasks in flight, refilling a
+  slot whenever a task ends (or, under TierTrack, its client leaves); buffers
+  updates and aggregates every ``aggregation_goal`` (FedBuff / FeLiX). An eval
+  selector, if any, may send at most ``eval_budget`` eval tasks per round.
+- :class:`SyncMode`: each round selects ``int(overcommit * K)`` clients, waits for
+  K fresh updates, aggregates them; later replies of that round are stale: kept
+  for the next aggregation if the aggregator accepts stale updates (REFL SAA),
+  else dropped (FedAvg). A round with too few eligible clients keeps topping up
+  as clients become available; tasks on clients that vanished are never replaced,
+  so the round stalls until they return: the paper's sync stall.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .simulator import FleetSimulator, Update
+
+
+class AsyncMode:
+    name = "async"
+
+    def __init__(self):
+        self.buffer: list["Update"] = []
+
+    def refill(self, sim: "FleetSimulator") -> None:
+        sim.refresh_view()
+        need = sim.cfg.concurrency - len(sim.in_flight("train"))
+        got = sim.select_and_dispatch(need, "train")
+        if sim.eval_selector is not None:
+            sim.select_and_dispatch(sim.eval_budget - sim._evals_this_round, "eval")
+        if got < need:
+            sim.schedule_wake()
+
+    def on_train_reply(self, sim: "FleetSimulator", update: "Update") -> None:
+        self.buffer.append(update)
+        k = sim.cfg.aggregation_goal
+        if len(self.buffer) >= k:
+            batch, self.buffer = self.buffer[:k], self.buffer[k:]
+            sim.aggregate(batch)
+
+
+class SyncMode:
+    name = "sync"
+
+    def __init__(self):
+        self.round = -1
+        self.dispatched = 0
+        self.fresh: list["Update"] = []
+        self.stale: list["Update"] = []
+
+    def refill(self, sim: "FleetSimulator") -> None:
+        if sim.round != self.round:  # a new round starts
+            self.round, self.dispatched, self.fresh = sim.round, 0, []
+        k, n_sel = sim.cfg.aggregation_goal, sim.cfg.round_size
+        if self.dispatched >= k and self.dispatched > 0:
+            return
+        sim.refresh_view()
+        self.dispatched += sim.select_and_dispatch(n_sel - self.dispatched, "train")
+        if self.dispatched < k:
+            sim.schedule_wake()
+
+    def on_train_reply(self, sim: "FleetSimulator", update: "Update") -> None:
+        if update.task.round == sim.round and update.staleness == 0:
+            self.fresh.append(update)
+            if len(self.fresh) >= sim.cfg.aggregation_goal:
+                used_stale = self.stale if sim.aggregator.accepts_stale else []
+                sim.acct.late_updates_used += len(used_stale)
+                batch, self.fresh, self.stale = self.fresh + used_stale, [], []
+                sim.aggregate(batch)
+        elif sim.aggregator.accepts_stale:
+            self.stale.append(update)
+        else:
+            sim.acct.discarded_updates += 1

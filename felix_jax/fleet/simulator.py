@@ -1,0 +1,348 @@
+"""The fleet clock: a discrete-event loop over virtual time (DESIGN.md layer 3).
+
+Events (``events.py``): task replies, TierTrack notifications that a running
+client left, per-task timeouts, and wake-ups when availability may have changed.
+The simulator does the mechanics (dispatch, timelines, bytes, the view, lazy
+execution, aggregation); *what* to dispatch and when to aggregate is decided by
+the mode (``modes.py``) and the strategy's selector / aggregator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..cohort import CohortEngine, VersionStore, evaluate, statistical_utility
+from ..data.federated import HeldOutSet
+from ..models.base import Model, Params
+from ..policies.aggregators.base import Aggregator, BufferInfo, apply_weighted_deltas
+from ..policies.selectors.base import SelectionContext, Selector
+from ..traces import AvailabilityTrace, DeviceProfile, Tier
+from .accounting import Accounting
+from .clientmap import ClientMap
+from .config import FleetConfig, StopRule
+from .events import EventKind, EventQueue
+from .executor import LazyExecutor, TrainOutcome, EvalOutcome, stack_deltas
+from .knowledge import Knowledge, notifications_between, refresh_view
+from .lifecycle import task_timeline
+from .tasks import Task
+
+TRAIN_TIERS = frozenset({int(Tier.AVL_TRAIN)})
+EVAL_TIERS = frozenset({int(Tier.AVL_TRAIN), int(Tier.AVL_EVAL)})
+
+
+@dataclasses.dataclass
+class Update:
+    """A training reply waiting in the aggregation buffer."""
+
+    task: Task
+    outcome: TrainOutcome
+    staleness: int
+
+
+@dataclasses.dataclass
+class Checkpoint:
+    time_s: float
+    version: int
+    accuracy: float
+    loss: float
+    bytes_total: int
+    staleness_mean: float
+    interval_s: float
+
+
+@dataclasses.dataclass
+class RunRecord:
+    checkpoints: list[Checkpoint]
+    aggregation_times: list[float]
+    accounting: Accounting
+    stop_reason: str
+    time_to_target_s: float | None
+    end_time_s: float
+    host_seconds: float
+    events_processed: int
+    params: Params
+
+
+@jax.jit
+def _delta_norms(deltas) -> jax.Array:
+    sq = sum(jnp.sum(d.reshape(d.shape[0], -1) ** 2, axis=1) for d in jax.tree_util.tree_leaves(deltas))
+    return jnp.sqrt(sq)
+
+
+class FleetSimulator:
+    """Runs one strategy on one fleet; ``run()`` returns a :class:`RunRecord`."""
+
+    def __init__(self, *, model: Model, engine: CohortEngine, trace: AvailabilityTrace, profile: DeviceProfile,
+                 test: HeldOutSet, init_params: Params, config: FleetConfig, selector: Selector,
+                 aggregator: Aggregator, mode: Any, stop: StopRule, seed: int = 0,
+                 eval_selector: Selector | None = None, eval_budget: int = 0,
+                 on_checkpoint: Callable[[Checkpoint], None] | None = None):
+        if trace.num_clients < engine.data.num_clients:
+            raise ValueError(f"trace has {trace.num_clients} clients but the data has {engine.data.num_clients}")
+        self.model, self.engine, self.trace, self.profile = model, engine, trace, profile
+        self.test, self.cfg, self.stop = test, config, stop
+        self.selector, self.aggregator, self.mode = selector, aggregator, mode
+        self.eval_selector, self.eval_budget = eval_selector, eval_budget
+        self.on_checkpoint = on_checkpoint
+        counts = engine.counts
+        self.view = ClientMap.create(counts)
+        self.rng = np.random.default_rng(np.random.SeedSequence([seed, 1]))
+        self.queue = EventQueue()
+        self.acct = Accounting()
+        self.params = init_params
+        self.version = 0
+        self.executor = LazyExecutor(engine, VersionStore(init_params, capacity=8))
+        self.executor.publish(0, init_params)
+        self.tasks: dict[int, Task] = {}
+        self.buffer: list[Update] = []
+        self.now = 0.0
+        self._next_task_id = 0
+        self._sel_state = selector.init()
+        self._eval_sel_state = eval_selector.init() if eval_selector else None
+        self._evals_this_round = 0
+        self._last_notify_t = 0.0
+        self.checkpoints: list[Checkpoint] = []
+        self.aggregation_times: list[float] = [0.0]
+        self._accuracies: list[float] = []
+        self._stop_reason: str | None = None
+        self._time_to_target: float | None = None
+        # training samples a task processes, per client (for the compute time model)
+        steps = engine.num_train_steps(np.arange(len(counts)))
+        b = engine.train_cfg.batch_size
+        per_step = np.minimum(b, counts)
+        self._train_samples = steps * per_step
+        self._eval_samples = np.minimum(counts, engine.num_eval_batches(np.arange(len(counts))) * b)
+
+    # ------------------------------------------------------------------ public
+    @property
+    def round(self) -> int:
+        return self.version
+
+    def in_flight(self, kind: str = "train") -> list[Task]:
+        return [t for t in self.tasks.values() if t.kind == kind and t.in_flight and not t.replied]
+
+    def run(self) -> RunRecord:
+        t_host = time.perf_counter()
+        events = 0
+        self._checkpoint()  # accuracy of the initial model at t=0
+        self.mode.refill(self)
+        while self._stop_reason is None:
+            if not len(self.queue):
+                self._stop_reason = "stalled: no pending events (every task waits on a client that never returns)"
+                break
+            if self.queue.peek_time() > self.stop.max_virtual_s:
+                self.now = self.stop.max_virtual_s
+                self._stop_reason = "max_virtual_s"
+                break
+            ev = self.queue.pop()
+            self.now = ev.time
+            events += 1
+            handler = {EventKind.REPLY: self._on_reply, EventKind.CLIENT_LEFT: self._on_client_left,
+                       EventKind.TIMEOUT: self._on_timeout, EventKind.WAKE: self._on_wake}[ev.kind]
+            handler(ev.payload)
+        self._count_notifications()
+        return RunRecord(self.checkpoints, self.aggregation_times, self.acct, self._stop_reason,
+                         self._time_to_target, self.now, time.perf_counter() - t_host, events, self.params)
+
+    # --------------------------------------------------------------- dispatch
+    def refresh_view(self) -> None:
+        refresh_view(self.cfg.knowledge, self.view, self.trace, self.now, self.cfg.sees_eval_tier)
+
+    def select_and_dispatch(self, k: int, kind: str = "train") -> int:
+        """Asks the (train or eval) selector for up to ``k`` clients and dispatches them."""
+        if k <= 0:
+            return 0
+        if kind == "train":
+            once = self.cfg.knowledge is Knowledge.TIERTRACK
+            eligible = self.view.trainable(self.round, once)
+            selector, state = self.selector, self._sel_state
+        else:
+            eligible = self.view.evaluable()
+            selector, state = self.eval_selector, self._eval_sel_state
+        if not eligible.any():
+            return 0
+        ctx = SelectionContext(self.view, eligible, self.round, self.now, self.rng,
+                               self.trace if self.cfg.knowledge is Knowledge.ORACLE else None)
+        t0 = time.perf_counter()
+        clients, state = selector.select(state, ctx, k)
+        self.acct.selection_seconds.append(time.perf_counter() - t0)
+        if kind == "train":
+            self._sel_state = state
+        else:
+            self._eval_sel_state = state
+        clients = np.asarray(clients, np.int64)
+        if len(clients) and not eligible[clients].all():
+            raise RuntimeError(f"selector {selector.name} picked ineligible clients")
+        if len(np.unique(clients)) != len(clients):
+            raise RuntimeError(f"selector {selector.name} picked a client twice")
+        for c in clients:
+            self._dispatch(int(c), kind)
+        return len(clients)
+
+    def _dispatch(self, client: int, kind: str) -> None:
+        tid = self._next_task_id
+        self._next_task_id += 1
+        mb = self.model.bytes_on_wire
+        cl = np.array([client])
+        if kind == "train":
+            work = float(self.profile.train_duration_s(cl, mb, self._train_samples[cl])[0])
+            allowed = TRAIN_TIERS
+            self.acct.bytes_down_train += mb
+            self.acct.dispatched_train += 1
+            age = self.round - self.view.utility_round[client] if self.view.utility_round[client] >= 0 else -1
+            self.acct.utility_age.append(int(age))
+            self.view.last_selected_round[client] = self.round
+        else:
+            work = float(self.profile.eval_duration_s(cl, mb, self._eval_samples[cl])[0])
+            allowed = EVAL_TIERS
+            self.acct.bytes_down_eval += mb
+            self.acct.dispatched_eval += 1
+            self._evals_this_round += 1
+        timeline = task_timeline(self.trace, client, self.now, work, allowed, self.cfg.interruption,
+                                 horizon_s=self.stop.max_virtual_s)
+        task = Task(tid, client, kind, self.version, self.round, self.now, work, timeline)
+        self.acct.dispatch_log.append((self.now, client, kind, self.round))
+        self.tasks[tid] = task
+        self.view.busy[client] = True
+        self.view.picked_round[client] = self.round
+        self.executor.submit(tid, client, self.version, kind)
+        if timeline.interruptions:
+            self.acct.interrupted_tasks += 1
+        if math.isfinite(timeline.finish_s):
+            self.queue.push(timeline.finish_s, EventKind.REPLY, tid)
+        if timeline.abandoned:
+            self.acct.abandoned_tasks += 1
+        if self.cfg.knowledge is Knowledge.TIERTRACK and math.isfinite(timeline.first_stop_s):
+            self.queue.push(timeline.first_stop_s, EventKind.CLIENT_LEFT, tid)
+        if math.isfinite(self.cfg.timeout_s):
+            self.queue.push(self.now + self.cfg.timeout_s, EventKind.TIMEOUT, tid)
+
+    def schedule_wake(self) -> None:
+        """Under oracle/TierTrack, retry selection when the next client changes tier."""
+        if self.cfg.knowledge is Knowledge.NONE or self.queue.has(EventKind.WAKE):
+            return
+        nt, _ = self.trace.next_change_after(self.now)
+        t = float(np.min(nt)) if len(nt) else math.inf
+        if math.isfinite(t):
+            self.queue.push(t, EventKind.WAKE)
+
+    # ----------------------------------------------------------------- events
+    def _on_reply(self, tid: int) -> None:
+        task = self.tasks.pop(tid)
+        task.replied = True
+        c = task.client
+        self.view.busy[c] = False
+        if self.cfg.knowledge is Knowledge.NONE:
+            self.view.tier[c] = Tier.AVL_TRAIN  # a reply proves the client is there
+        outcome = self.executor.result(tid)
+        if task.kind == "train":
+            self.acct.bytes_up_train += self.model.bytes_on_wire
+            self.acct.replies_train += 1
+            stats = outcome.first_batch if self.cfg.utility_from == "first_batch" else outcome.all_steps
+            self.view.utility[c] = float(statistical_utility(np.float64(stats.count), np.float64(stats.sumsq)))
+            self.view.utility_round[c] = self.round
+            self.view.times_trained[c] += 1
+            self.view.duration_s[c] = task.work_s
+            self.mode.on_train_reply(self, Update(task, outcome, self.version - task.version))
+        else:
+            assert isinstance(outcome, EvalOutcome)
+            self.acct.bytes_up_eval += self.profile.eval_upload_bytes
+            self.acct.replies_eval += 1
+            self.view.utility[c] = float(statistical_utility(np.float64(outcome.stats.count),
+                                                             np.float64(outcome.stats.sumsq)))
+            self.view.utility_round[c] = self.round
+        if self._stop_reason is None:
+            self.mode.refill(self)
+
+    def _on_client_left(self, tid: int) -> None:
+        task = self.tasks.get(tid)
+        if task is None or task.replied:
+            return
+        if task.in_flight:
+            task.in_flight = False
+            self.acct.detached_tasks += 1
+        self.mode.refill(self)
+
+    def _on_timeout(self, tid: int) -> None:
+        task = self.tasks.get(tid)
+        if task is None or task.replied:
+            return
+        task.timed_out = True
+        self.acct.timeouts += 1
+        if self.cfg.knowledge is Knowledge.NONE:
+            self.view.tier[task.client] = Tier.UN_AVL
+        if task.timeline.abandoned:  # the client dropped it: the server gives up on it now
+            self.tasks.pop(tid)
+            self.executor.discard(tid)
+            self.view.busy[task.client] = False
+            task.in_flight = False
+        elif self.cfg.timeout_frees_slot and task.in_flight:
+            task.in_flight = False
+        self.mode.refill(self)
+
+    def _on_wake(self, _payload) -> None:
+        self.mode.refill(self)
+
+    # ------------------------------------------------------------ aggregation
+    def aggregate(self, updates: list[Update]) -> None:
+        """Applies the aggregator to ``updates`` and publishes a new model version."""
+        outcomes = [u.outcome for u in updates]
+        deltas = stack_deltas(outcomes)
+        if self.aggregator.transform_deltas is not None:
+            deltas = self.aggregator.transform_deltas(deltas)
+        info = BufferInfo(
+            staleness=np.array([u.staleness for u in updates], np.int64),
+            num_samples=np.array([self.view.num_samples[u.task.client] for u in updates], np.float64),
+            utility=np.array([self.view.utility[u.task.client] for u in updates]),
+            loss_mean=np.array([o.all_steps.sum / max(o.all_steps.count, 1.0) for o in outcomes]),
+            delta_norms=np.asarray(_delta_norms(deltas), np.float64),
+        )
+        if self.aggregator.augment_info is not None:
+            info = self.aggregator.augment_info(info, deltas)
+        weights = np.asarray(self.aggregator.weights(info), np.float64)
+        if weights.shape != (len(updates),) or not np.all(np.isfinite(weights)) or (weights < 0).any():
+            raise RuntimeError(f"aggregator {self.aggregator.name} returned bad weights {weights}")
+        self.acct.staleness.extend(int(s) for s in info.staleness)
+        self.acct.agg_weights.extend(float(w) for w in weights)
+        if weights.sum() > 0:
+            self.params = apply_weighted_deltas(self.params, deltas, jnp.asarray(weights, jnp.float32),
+                                                jnp.float32(self.aggregator.server_lr),
+                                                normalize=self.aggregator.normalize)
+        self.version += 1
+        self._evals_this_round = 0
+        self.aggregation_times.append(self.now)
+        self.executor.publish(self.version, self.params)
+        if self.version % self.stop.eval_every == 0:
+            self._checkpoint()
+        if self.version >= self.stop.max_aggregations and self._stop_reason is None:
+            self._stop_reason = "max_aggregations"
+
+    def _checkpoint(self) -> None:
+        self._count_notifications()
+        m = evaluate(self.model, self.params, self.test)
+        interval = self.aggregation_times[-1] - self.aggregation_times[-2] if len(self.aggregation_times) > 1 else 0.0
+        stale = self.acct.staleness[-self.cfg.aggregation_goal:] if self.acct.staleness else [0]
+        cp = Checkpoint(self.now, self.version, m.accuracy, m.loss, self.acct.bytes_total, float(np.mean(stale)),
+                        interval)
+        self.checkpoints.append(cp)
+        self._accuracies.append(m.accuracy)
+        if self.on_checkpoint:
+            self.on_checkpoint(cp)
+        if self._time_to_target is None and self.stop.reached(self._accuracies):
+            self._time_to_target = self.now
+            self._stop_reason = "target"
+
+    def _count_notifications(self) -> None:
+        if self.cfg.knowledge is not Knowledge.TIERTRACK or self.now <= self._last_notify_t:
+            return
+        n = notifications_between(self.trace, self._last_notify_t, self.now)
+        self._last_notify_t = self.now
+        self.acct.control_messages += n
+        self.acct.control_bytes += n * self.cfg.control_message_bytes

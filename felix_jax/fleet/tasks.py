@@ -1,0 +1,22 @@
+"""Task records and the time/bytes a task costs (host side)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .lifecycle import Timeline
+
+
+@dataclasses.dataclass
+class Task:
+    task_id: int
+    client: int
+    kind: str  # "train" | "eval"
+    version: int  # model version it starts from
+    round: int  # aggregation round it was dispatched in
+    dispatch_s: float
+    work_s: float  # download + compute + upload, as the client reports it
+    timeline: Timeline
+    in_flight: bool = True  # counts toward the concurrency / round quota
+    replied: bool = False
+    timed_out: bool = False

@@ -1,0 +1,44 @@
+"""TierSelect's eval selector as vectorised numpy (FeLiX paper Sec. 3.3, Algorithm 2).
+
+REFERENCE.md "TierSelect": eval tasks go to clients that trained at least once,
+are in ``AVL_TRAIN`` or ``AVL_EVAL``, are not busy with a task, and whose
+utility is at least ``min_age`` rounds old (35 in the code), stalest first; at
+most ``e = int(1.5 K)`` eval tasks per aggregation round (15 at K = 10). The
+train selector reuses :mod:`oort_math`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...traces.availability import Tier
+
+__all__ = ["DEFAULT_MIN_AGE", "eval_budget", "eval_eligible", "select_for_eval"]
+
+DEFAULT_MIN_AGE = 35  # rounds, the FeLiX code
+
+
+def eval_budget(k: int, factor: float = 1.5) -> int:
+    """``e = int(factor * K)``: eval tasks allowed per aggregation round."""
+    return int(factor * k)
+
+
+def eval_eligible(trained_once, tier, busy, utility_round, current_round: int,
+                  min_age: int = DEFAULT_MIN_AGE) -> np.ndarray:
+    """(N,) bool: may receive an eval task now."""
+    tier = np.asarray(tier)
+    available = (tier == int(Tier.AVL_TRAIN)) | (tier == int(Tier.AVL_EVAL))
+    old_enough = current_round - np.asarray(utility_round) >= min_age
+    return np.asarray(trained_once, dtype=bool) & available & ~np.asarray(busy, dtype=bool) & old_enough
+
+
+def select_for_eval(trained_once, tier, busy, utility_round, current_round: int, budget: int,
+                    min_age: int = DEFAULT_MIN_AGE) -> np.ndarray:
+    """At most ``budget`` eligible client ids, stalest utility first, ties by id.
+
+    ``utility_round`` is each client's ``last_utility_round`` (round/version of
+    its latest utility report); all arrays are (N,) indexed by client id.
+    """
+    idx = np.flatnonzero(eval_eligible(trained_once, tier, busy, utility_round, current_round, min_age))
+    order = np.lexsort((idx, np.asarray(utility_round)[idx]))
+    return idx[order][: max(int(budget), 0)]

@@ -1,0 +1,96 @@
+"""End to end: scenarios, the runner's results folder, determinism, the CLI."""
+
+import json
+
+import pytest
+
+from felix_jax.cli import main
+from felix_jax.experiment import Scenario, get_preset
+from felix_jax.experiment.runner import run
+
+TINY = get_preset("tiny")
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tiny")
+    return run(TINY, out), out
+
+
+def test_end_to_end_tiny_model_reaches_a_low_target(tiny_run):
+    result, out = tiny_run
+    s = result.summary
+    assert s["stop_reason"] == "target" and s["time_to_target_s"] is not None
+    assert s["final_accuracy"] >= 0.5
+    for name in ("config.json", "metrics.csv", "summary.json", "accuracy.png"):
+        assert (out / name).exists()
+    summary = json.loads((out / "summary.json").read_text())
+    for key in ("time_to_target_s", "bytes_total", "aggregations", "final_accuracy", "seed", "agg_interval_p50_s",
+                "agg_interval_p95_s"):
+        assert key in summary
+    # bytes: every dispatched train task downloads the model, every reply uploads it
+    mb = json.loads((out / "config.json").read_text())["model"]["bytes_on_wire"]
+    assert s["bytes_total"] == mb * (s["dispatched_train"] + s["replies_train"])
+
+
+def test_same_seed_identical_metrics_different_seed_different(tiny_run, tmp_path):
+    _, out = tiny_run
+    run(TINY, tmp_path / "again")
+    assert (tmp_path / "again" / "metrics.csv").read_text() == (out / "metrics.csv").read_text()
+    run(TINY.with_overrides({"seed": "1"}), tmp_path / "other")
+    assert (tmp_path / "other" / "metrics.csv").read_text() != (out / "metrics.csv").read_text()
+
+
+def test_sync_fedavg_runs_and_drops_nothing_it_should_keep(tmp_path):
+    sc = TINY.with_overrides({"strategy": "fedavg", "aggregation_goal": "3", "max_aggregations": "5",
+                              "target_accuracy": "none"})
+    s = run(sc, None).summary
+    assert s["aggregations"] == 5 and s["stop_reason"] == "max_aggregations"
+    assert s["staleness_p90"] == 0  # sync FedAvg aggregates fresh updates only
+
+
+def test_unavailable_fleet_stalls_without_knowledge(tmp_path):
+    # avail50 with knowledge 'none': after the first 600 s slot (everyone starts
+    # available) tasks wait on absent clients, timeouts fire, tasks are interrupted.
+    sc = TINY.with_overrides({"availability": "avail50", "target_accuracy": "none", "max_aggregations": "400",
+                              "max_virtual_hours": "2"})
+    s = run(sc, None).summary
+    assert s["timeouts"] > 0 and s["interrupted_tasks"] > 0
+
+
+def test_scenario_overrides_parse_by_type_and_reject_unknown_fields():
+    sc = Scenario().with_overrides({"num_clients": "7", "alpha": "0.1", "augment": "true",
+                                    "target_accuracy": "none", "strategy": "fedavg"})
+    assert (sc.num_clients, sc.alpha, sc.augment, sc.target_accuracy, sc.strategy) == (7, 0.1, True, None, "fedavg")
+    with pytest.raises(KeyError, match="unknown scenario field"):
+        Scenario().with_overrides({"num_client": "7"})
+    with pytest.raises(ValueError):
+        Scenario().with_overrides({"alpha": "-1"})
+
+
+def test_unknown_names_give_clear_errors():
+    from felix_jax.experiment.registry import make_trace
+    from felix_jax.experiment.strategies import get_strategy
+
+    with pytest.raises(KeyError, match="unknown strategy 'fedsgd'; known: .*fedavg"):
+        get_strategy("fedsgd")
+    with pytest.raises(KeyError, match="avail100"):
+        make_trace("avail42", 3, 0)
+
+
+def test_cli_list_and_bad_set(capsys):
+    assert main(["run", "--list"]) == 0
+    out = capsys.readouterr().out
+    for name in ("quickstart", "fedavg", "fedbuff", "avail100", "avail90", "avail50", "mobiperf"):
+        assert name in out
+    with pytest.raises(SystemExit, match="key=value"):
+        main(["run", "--set", "alpha"])
+    with pytest.raises(SystemExit, match="unknown scenario field"):
+        main(["run", "--set", "nope=1"])
+
+
+def test_cli_run_writes_results(tmp_path, capsys):
+    assert main(["run", "--preset", "tiny", "--set", "max_aggregations=3", "--set", "target_accuracy=none",
+                 "--out", str(tmp_path / "r"), "--quiet"]) == 0
+    assert "stop reason" in capsys.readouterr().out
+    assert json.loads((tmp_path / "r" / "summary.json").read_text())["aggregations"] == 3
