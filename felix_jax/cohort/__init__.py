@@ -7,11 +7,11 @@ from .evaluate import HeldOutMetrics, evaluate, evaluate_versions
 from .local import EvalResult, TrainResult, local_eval, local_train
 from .plan import ExecutionPlan, auto_plan, cohort_scan
 from .stats import LossStats, statistical_utility
-from .store import VersionStore
+from .store import DeltaStore, VersionStore
 
 __all__ = [
     "Bucket", "executed_work", "ladder_ceil", "next_pow2", "padding_waste", "plan_buckets", "LocalEvalConfig", "LocalTrainConfig",
     "CohortEngine", "CohortEvalOutput", "CohortTrainOutput", "HeldOutMetrics", "evaluate", "evaluate_versions",
     "EvalResult", "TrainResult", "local_eval", "local_train", "ExecutionPlan", "auto_plan", "cohort_scan",
-    "LossStats", "statistical_utility", "VersionStore",
+    "LossStats", "statistical_utility", "VersionStore", "DeltaStore",
 ]

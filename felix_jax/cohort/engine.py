@@ -33,12 +33,30 @@ from .stats import LossStats
 
 
 class CohortTrainOutput(NamedTuple):
-    """Results of a flush of training tasks, in the order the tasks were given."""
+    """Results of a flush of training tasks; host statistics in the order the tasks were given.
 
-    delta: Params  # leaves (n, ...) on the device
+    The deltas stay on the device as the padded per-bucket outputs (``parts``):
+    task ``i``'s delta is row ``rows[i]`` of ``parts[part_of[i]]``. Reordering them
+    would cost an eager gather (and a compile) per new shape; the fleet scatters
+    the parts into its delta store instead. ``delta`` builds the stacked, task-
+    ordered deltas on demand (demos, tests).
+    """
+
+    parts: tuple  # per bucket: delta pytree with leaves (bucket size, ...)
+    part_of: np.ndarray  # (n,) int: which part holds task i
+    rows: np.ndarray  # (n,) int: its row in that part
     first_batch: LossStats  # numpy (n,) each
     all_steps: LossStats  # numpy (n,) each
     num_steps: np.ndarray  # (n,) int32
+
+    @property
+    def delta(self) -> Params:
+        pieces = [jax.tree_util.tree_map(lambda d, r=jnp.asarray(self.rows[self.part_of == p]): d[r], part)
+                  for p, part in enumerate(self.parts)]
+        stacked = jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *pieces)
+        order = np.concatenate([np.flatnonzero(self.part_of == p) for p in range(len(self.parts))])
+        inv = jnp.asarray(np.argsort(order, kind="stable"))
+        return jax.tree_util.tree_map(lambda d: d[inv], stacked)
 
 
 class CohortEvalOutput(NamedTuple):
@@ -202,7 +220,8 @@ class CohortEngine:
         stacked_out = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *results)
         host = jax.device_get((stacked_out.first_batch, stacked_out.all_steps, stacked_out.num_steps))
         idx = np.arange(len(results))
-        return CohortTrainOutput(stacked_out.delta, _stats_to_host(host[0], idx), _stats_to_host(host[1], idx),
+        return CohortTrainOutput((stacked_out.delta,), np.zeros(len(idx), np.int64), idx,
+                                 _stats_to_host(host[0], idx), _stats_to_host(host[1], idx),
                                  np.asarray(host[2], np.int32))
 
     def _eval_debug(self, stacked, slots, clients, task_ids, batches) -> CohortEvalOutput:
@@ -228,20 +247,17 @@ def _pad_task_args(size: int, slots, clients, task_ids, lengths):
 
 def _assemble_train(parts, order) -> CohortTrainOutput:
     inv = np.argsort(order, kind="stable")
-    deltas = [jax.tree_util.tree_map(lambda d: d[:n], out.delta) for out, n in parts]
-    delta = jax.tree_util.tree_map(lambda *ds: jnp.concatenate(ds), *deltas) if len(deltas) > 1 else deltas[0]
-    if len(parts) > 1 or not np.array_equal(inv, np.arange(len(inv))):
-        inv_dev = jnp.asarray(inv)
-        delta = jax.tree_util.tree_map(lambda d: d[inv_dev], delta)
-    host = jax.device_get([(out.first_batch, out.all_steps, out.num_steps) for out, _ in parts])
     ns = [n for _, n in parts]
+    part_of = np.repeat(np.arange(len(parts)), ns)[inv]
+    rows = np.concatenate([np.arange(n) for n in ns])[inv]
+    host = jax.device_get([(out.first_batch, out.all_steps, out.num_steps) for out, _ in parts])
 
     def cat(field_idx):
         return LossStats(*(np.concatenate([np.asarray(h[field_idx][f])[:n] for h, n in zip(host, ns)])[inv]
                            for f in range(3)))
 
     num_steps = np.concatenate([np.asarray(h[2])[:n] for h, n in zip(host, ns)])[inv].astype(np.int32)
-    return CohortTrainOutput(delta, cat(0), cat(1), num_steps)
+    return CohortTrainOutput(tuple(out.delta for out, _ in parts), part_of, rows, cat(0), cat(1), num_steps)
 
 
 def _train_cohort(model, cfg, stacked, data, slots, clients, task_ids, num_steps, base_key, *, max_steps,

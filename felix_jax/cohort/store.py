@@ -12,6 +12,7 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ..models.base import Params
 
@@ -77,6 +78,65 @@ class VersionStore:
         # Doubling keeps the number of distinct store shapes (and recompiles) logarithmic.
         old = self.capacity
         self.capacity *= 2
+        self.stacked = jax.tree_util.tree_map(
+            lambda s: jnp.concatenate([s, jnp.zeros((old,) + s.shape[1:], s.dtype)]), self.stacked)
+        self._free.extend(range(old, self.capacity))
+
+
+@partial(jax.jit, donate_argnums=0)
+def _scatter_rows(stacked: Params, slots: jax.Array, rows: Params) -> Params:
+    return jax.tree_util.tree_map(lambda s, r: s.at[slots].set(r.astype(s.dtype)), stacked, rows)
+
+
+@jax.jit
+def _gather_rows(stacked: Params, slots: jax.Array) -> Params:
+    return jax.tree_util.tree_map(lambda s: s[slots], stacked)
+
+
+class DeltaStore:
+    """Device rows for model updates waiting to be aggregated (fixed shapes, no eager gathers).
+
+    ``write`` scatters a whole padded cohort output at once (padded rows go to a
+    trash row), ``gather`` takes K rows for an aggregation; both are jitted, so
+    they compile once per bucket size / K, not once per flush. The host hands out
+    and frees row ids; the store doubles when full.
+    """
+
+    def __init__(self, template: Params, capacity: int = 64):
+        self.capacity = int(capacity)
+        self.stacked = jax.tree_util.tree_map(lambda p: jnp.zeros((self.capacity + 1,) + p.shape, p.dtype), template)
+        self._free = list(range(self.capacity))
+
+    @property
+    def trash(self) -> int:
+        return self.capacity
+
+    def write(self, rows: Params, real: np.ndarray) -> np.ndarray:
+        """Stores rows ``real`` of ``rows`` (leaves (B, ...)); returns their slots (same order)."""
+        real = np.asarray(real, np.int64)
+        while len(self._free) < len(real):
+            self._grow()
+        slots = np.array([self._free.pop() for _ in real], np.int64)
+        size = jax.tree_util.tree_leaves(rows)[0].shape[0]
+        target = np.full(size, self.trash, np.int32)
+        target[real] = slots
+        self.stacked = _scatter_rows(self.stacked, jnp.asarray(target), rows)
+        return slots
+
+    def gather(self, slots) -> Params:
+        return _gather_rows(self.stacked, jnp.asarray(np.asarray(slots, np.int32)))
+
+    def free(self, slots) -> None:
+        self._free.extend(int(s) for s in slots)
+
+    @property
+    def num_used(self) -> int:
+        return self.capacity - len(self._free)
+
+    def _grow(self) -> None:
+        old = self.capacity
+        self.capacity *= 2
+        # the old trash row (index old) becomes an ordinary free row; the new trash is the last
         self.stacked = jax.tree_util.tree_map(
             lambda s: jnp.concatenate([s, jnp.zeros((old,) + s.shape[1:], s.dtype)]), self.stacked)
         self._free.extend(range(old, self.capacity))

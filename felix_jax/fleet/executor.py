@@ -9,13 +9,11 @@ device :class:`VersionStore`; a version is kept while pending tasks need it.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from ..cohort import CohortEngine, LossStats, VersionStore
+from ..cohort import CohortEngine, DeltaStore, LossStats, VersionStore
 from ..models.base import Params
 
 
@@ -29,10 +27,9 @@ class _Pending:
 
 @dataclasses.dataclass(frozen=True)
 class TrainOutcome:
-    """One training task's result (host statistics; the delta stays on the device)."""
+    """One training task's result (host statistics; the delta stays in the device delta store)."""
 
-    batch: Any  # the flush's CohortTrainOutput
-    index: int  # row in that flush
+    slot: int  # its row in the executor's DeltaStore
     first_batch: LossStats  # python floats
     all_steps: LossStats
     num_steps: int
@@ -48,6 +45,8 @@ class LazyExecutor:
     def __init__(self, engine: CohortEngine, store: VersionStore):
         self.engine = engine
         self.store = store
+        self.deltas = DeltaStore(store.params(store.versions[0]) if len(store) else
+                                 jax.tree_util.tree_map(lambda s: s[0], store.stacked))
         self._pending: dict[int, _Pending] = {}
         self._done: dict[int, TrainOutcome | EvalOutcome] = {}
         self.flush_sizes: list[int] = []
@@ -75,8 +74,21 @@ class LazyExecutor:
     def discard(self, task_id: int) -> None:
         """Forgets a task whose result will never be needed (abandoned)."""
         self._pending.pop(task_id, None)
-        self._done.pop(task_id, None)
+        done = self._done.pop(task_id, None)
+        if isinstance(done, TrainOutcome):
+            self.deltas.free([done.slot])
         self._release_unused()
+
+    def take_deltas(self, outcomes: list[TrainOutcome]) -> Params:
+        """Stacked deltas (K, ...) of ``outcomes``, in order; frees their rows."""
+        slots = [o.slot for o in outcomes]
+        stacked = self.deltas.gather(slots)
+        self.deltas.free(slots)
+        return stacked
+
+    def drop_delta(self, outcome: TrainOutcome) -> None:
+        """Frees the row of an update that will not be aggregated (discarded late update)."""
+        self.deltas.free([outcome.slot])
 
     @property
     def num_pending(self) -> int:
@@ -97,9 +109,13 @@ class LazyExecutor:
             slots = np.array(self.store.slots([p.version for p in tasks]))
             if kind == "train":
                 out = self.engine.train(self.store.stacked, slots, clients, ids)
+                task_slot = np.zeros(len(ids), np.int64)
+                for p, part in enumerate(out.parts):
+                    mine = np.flatnonzero(out.part_of == p)
+                    task_slot[mine] = self.deltas.write(part, out.rows[mine])
                 for i, tid in enumerate(ids):
                     self._done[int(tid)] = TrainOutcome(
-                        out, i, LossStats(*(float(v[i]) for v in out.first_batch)),
+                        int(task_slot[i]), LossStats(*(float(v[i]) for v in out.first_batch)),
                         LossStats(*(float(v[i]) for v in out.all_steps)), int(out.num_steps[i]))
             else:
                 out = self.engine.evaluate(self.store.stacked, slots, clients, ids)
@@ -113,22 +129,3 @@ class LazyExecutor:
         for v in self.store.versions:
             if v not in needed:
                 self.store.release(v)
-
-
-def stack_deltas(outcomes: list[TrainOutcome]) -> Params:
-    """Stacks the deltas of several training outcomes (K, ...) on the device."""
-    groups: dict[int, tuple[Any, list[int], list[int]]] = {}
-    for pos, o in enumerate(outcomes):
-        entry = groups.setdefault(id(o.batch), (o.batch, [], []))
-        entry[1].append(o.index)
-        entry[2].append(pos)
-    parts, positions = [], []
-    for batch, rows, pos in groups.values():
-        idx = jnp.asarray(rows)
-        parts.append(jax.tree_util.tree_map(lambda d: d[idx], batch.delta))
-        positions.extend(pos)
-    stacked = parts[0] if len(parts) == 1 else jax.tree_util.tree_map(lambda *ps: jnp.concatenate(ps), *parts)
-    order = np.argsort(positions)
-    if not np.array_equal(order, np.arange(len(order))):
-        stacked = jax.tree_util.tree_map(lambda d: d[jnp.asarray(order)], stacked)
-    return stacked

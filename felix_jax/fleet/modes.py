@@ -75,3 +75,4 @@ class SyncMode:
             self.stale.append(update)
         else:
             sim.acct.discarded_updates += 1
+            sim.executor.drop_delta(update.outcome)

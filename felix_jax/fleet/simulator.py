@@ -28,7 +28,7 @@ from .accounting import Accounting
 from .clientmap import ClientMap
 from .config import FleetConfig, StopRule
 from .events import EventKind, EventQueue
-from .executor import LazyExecutor, TrainOutcome, EvalOutcome, stack_deltas
+from .executor import EvalOutcome, LazyExecutor, TrainOutcome
 from .knowledge import Knowledge, notifications_between, refresh_view
 from .lifecycle import task_timeline
 from .tasks import Task
@@ -294,7 +294,7 @@ class FleetSimulator:
     def aggregate(self, updates: list[Update]) -> None:
         """Applies the aggregator to ``updates`` and publishes a new model version."""
         outcomes = [u.outcome for u in updates]
-        deltas = stack_deltas(outcomes)
+        deltas = self.executor.take_deltas(outcomes)
         if self.aggregator.transform_deltas is not None:
             deltas = self.aggregator.transform_deltas(deltas)
         info = BufferInfo(
