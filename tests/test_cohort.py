@@ -90,7 +90,8 @@ def test_padding_does_not_change_results(tiny):
 
 def test_no_recompilation_within_a_bucket(tiny, monkeypatch):
     _, _, data, _ = tiny
-    monkeypatch.setattr(engine_mod, "_train_cohort", chex.assert_max_traces(engine_mod._train_cohort, n=1))
+    # one trace serves every call of this bucket size (train and eval share _run_cohort; only train runs here)
+    monkeypatch.setattr(engine_mod, "_run_cohort", chex.assert_max_traces(engine_mod._run_cohort, n=1))
     cfg = LocalTrainConfig(batch_size=16, mode="steps", local_steps=2)
     store = _store()
     eng = CohortEngine(MODEL, data, cfg)
@@ -225,3 +226,17 @@ def test_server_evaluate_matches_numpy(tiny):
     losses, logits = MODEL.loss(params, jnp.asarray(x), jnp.asarray(ds.test_y))
     assert m.accuracy == pytest.approx(float((np.asarray(logits).argmax(-1) == ds.test_y).mean()))
     assert m.loss == pytest.approx(float(losses.mean()), rel=1e-5)
+
+
+def test_delta_store_scatter_gather_and_grow():
+    from felix_jax.cohort import DeltaStore
+
+    template = {"w": jnp.zeros((3,))}
+    store = DeltaStore(template, capacity=2)
+    rows = {"w": jnp.arange(12.0).reshape(4, 3)}  # a padded output of 4 rows, 3 real
+    slots = store.write(rows, np.array([0, 2, 3]))  # needs 3 rows: grows to 4
+    assert store.capacity == 4 and store.num_used == 3
+    got = store.gather(slots)
+    np.testing.assert_array_equal(np.asarray(got["w"]), np.asarray(rows["w"])[[0, 2, 3]])
+    store.free(slots[:1])
+    assert store.num_used == 2

@@ -156,3 +156,22 @@ def test_tiertrack_frees_the_slot_of_a_client_that_left():
     assert aware.aggregation_times == [0.0, 15.0]  # client 1 dispatched at 5, done at 15
     assert blind.aggregation_times == [0.0, 405.0]  # client 0 resumes at 400 with 5 s left
     assert aware.accounting.detached_tasks == 1 and blind.accounting.timeouts == 1
+
+
+def test_server_optimizers_sgd_and_fedadam_first_step_by_hand():
+    import jax.numpy as jnp
+
+    from felix_jax.fleet.server_optimizer import make_server_optimizer, server_step, weighted_mean_delta
+
+    params = {"w": jnp.array([1.0, 2.0])}
+    deltas = {"w": jnp.array([[0.2, -0.4], [0.6, 0.0]])}
+    mean = weighted_mean_delta(deltas, jnp.array([1.0, 0.5]), normalize=False)  # (w1 d1 + w2 d2) / K
+    np.testing.assert_allclose(np.asarray(mean["w"]), [(0.2 + 0.3) / 2, (-0.4 + 0.0) / 2], rtol=1e-6)
+    sgd = make_server_optimizer("sgd", 0.3)
+    new, _ = server_step(sgd, params, sgd.init(params), mean)
+    np.testing.assert_allclose(np.asarray(new["w"]), [1.0 + 0.3 * 0.25, 2.0 - 0.3 * 0.2], rtol=1e-6)
+    adam = make_server_optimizer("adam", 0.1)
+    new, _ = server_step(adam, params, adam.init(params), mean)
+    # first Adam step: bias-corrected m = g, v = g^2 -> update -lr * g / (|g| + eps), g = -mean
+    want = [1.0 + 0.1 * 0.25 / (0.25 + 1e-3), 2.0 - 0.1 * 0.2 / (0.2 + 1e-3)]
+    np.testing.assert_allclose(np.asarray(new["w"]), want, rtol=1e-5)

@@ -109,8 +109,10 @@ class CohortEngine:
         self.eval_scan_len = int(self.num_eval_batches(all_clients).max(initial=1))
         self.records: list[CallRecord] = []
         self._seen_shapes: set[tuple] = set()
-        self._train_jit = jax.jit(partial(_train_cohort, model, train_cfg), static_argnames=("max_steps", "plan"))
-        self._eval_jit = jax.jit(partial(_eval_cohort, model, self.eval_cfg), static_argnames=("max_batches", "plan"))
+        self._train_jit = jax.jit(partial(_run_cohort, train_init, train_step, train_final, model, train_cfg),
+                                  static_argnames=("scan_len", "plan"))
+        self._eval_jit = jax.jit(partial(_run_cohort, eval_init, eval_step, eval_final, model, self.eval_cfg),
+                                 static_argnames=("scan_len", "plan"))
 
     # ---- host API -------------------------------------------------------------------
     def num_train_steps(self, clients) -> np.ndarray:
@@ -130,7 +132,7 @@ class CohortEngine:
             args = _pad_task_args(b.num_tasks, slots[b.indices], clients[b.indices], task_ids[b.indices],
                                   steps[b.indices])
             out = self._timed("train", b, steps, lambda: self._train_jit(
-                stacked_params, self.data, *args, self.base_key, max_steps=self.train_scan_len, plan=self.plan))
+                stacked_params, self.data, *args, self.base_key, scan_len=self.train_scan_len, plan=self.plan))
             parts.append((out, len(b.indices)))
             order.append(b.indices)
         return _assemble_train(parts, np.concatenate(order))
@@ -146,7 +148,7 @@ class CohortEngine:
             args = _pad_task_args(b.num_tasks, slots[b.indices], clients[b.indices], task_ids[b.indices],
                                   batches[b.indices])
             out: EvalResult = self._timed("eval", b, batches, lambda: self._eval_jit(
-                stacked_params, self.data, *args, self.base_key, max_batches=self.eval_scan_len, plan=self.plan))
+                stacked_params, self.data, *args, self.base_key, scan_len=self.eval_scan_len, plan=self.plan))
             host = jax.device_get(out)
             n = len(b.indices)
             stats_parts.append(LossStats(*(np.asarray(v)[:n] for v in host.stats)))
@@ -260,31 +262,13 @@ def _assemble_train(parts, order) -> CohortTrainOutput:
     return CohortTrainOutput(tuple(out.delta for out, _ in parts), part_of, rows, cat(0), cat(1), num_steps)
 
 
-def _train_cohort(model, cfg, stacked, data, slots, clients, task_ids, num_steps, base_key, *, max_steps,
-                  plan) -> TrainResult:
-    def init(slot, client, tid):
+def _run_cohort(init, step, final, model, cfg, stacked, data, slots, clients, task_ids, lengths, base_key, *,
+                scan_len, plan):
+    """One compiled call: per task, gather its start parameters and key, then init/scan(step)/final."""
+    def init_task(slot, client, tid):
         params = jax.tree_util.tree_map(lambda s: s[slot], stacked)
-        return train_init(model, cfg, params, data, client, jax.random.fold_in(base_key, tid))
+        return init(model, cfg, params, data, client, jax.random.fold_in(base_key, tid))
 
-    def step(ctx, carry, s, n):
-        return train_step(model, cfg, data, ctx, carry, s, n)
-
-    def final(ctx, carry, n):
-        return train_final(ctx, carry, n, max_steps)
-
-    return cohort_scan(init, step, final, plan, (slots, clients, task_ids), num_steps, max_steps)
-
-
-def _eval_cohort(model, cfg, stacked, data, slots, clients, task_ids, num_batches, base_key, *, max_batches,
-                 plan) -> EvalResult:
-    def init(slot, client, tid):
-        params = jax.tree_util.tree_map(lambda s: s[slot], stacked)
-        return eval_init(model, cfg, params, data, client, jax.random.fold_in(base_key, tid))
-
-    def step(ctx, carry, b, n):
-        return eval_step(model, cfg, data, ctx, carry, b, n)
-
-    def final(ctx, carry, n):
-        return eval_final(ctx, carry, n, max_batches)
-
-    return cohort_scan(init, step, final, plan, (slots, clients, task_ids), num_batches, max_batches)
+    return cohort_scan(init_task, lambda ctx, c, s, n: step(model, cfg, data, ctx, c, s, n),
+                       lambda ctx, c, n: final(ctx, c, n, scan_len), plan, (slots, clients, task_ids), lengths,
+                       scan_len)

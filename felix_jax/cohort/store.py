@@ -17,6 +17,10 @@ import numpy as np
 from ..models.base import Params
 
 
+def _append_zero_rows(stacked: Params, n: int) -> Params:
+    return jax.tree_util.tree_map(lambda s: jnp.concatenate([s, jnp.zeros((n,) + s.shape[1:], s.dtype)]), stacked)
+
+
 @partial(jax.jit, donate_argnums=0)
 def _write_slot(stacked: Params, slot: jax.Array, params: Params) -> Params:
     return jax.tree_util.tree_map(lambda s, p: s.at[slot].set(p.astype(s.dtype)), stacked, params)
@@ -78,8 +82,7 @@ class VersionStore:
         # Doubling keeps the number of distinct store shapes (and recompiles) logarithmic.
         old = self.capacity
         self.capacity *= 2
-        self.stacked = jax.tree_util.tree_map(
-            lambda s: jnp.concatenate([s, jnp.zeros((old,) + s.shape[1:], s.dtype)]), self.stacked)
+        self.stacked = _append_zero_rows(self.stacked, old)
         self._free.extend(range(old, self.capacity))
 
 
@@ -137,6 +140,5 @@ class DeltaStore:
         old = self.capacity
         self.capacity *= 2
         # the old trash row (index old) becomes an ordinary free row; the new trash is the last
-        self.stacked = jax.tree_util.tree_map(
-            lambda s: jnp.concatenate([s, jnp.zeros((old,) + s.shape[1:], s.dtype)]), self.stacked)
+        self.stacked = _append_zero_rows(self.stacked, old)
         self._free.extend(range(old, self.capacity))

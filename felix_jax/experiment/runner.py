@@ -58,7 +58,8 @@ def build_simulator(sc: Scenario, on_checkpoint=None) -> FleetSimulator:
     profile = make_profile(sc.device_profile, sc.num_clients, int(seeds[2].generate_state(1)[0]))
     fleet_cfg = FleetConfig(mode=strategy.mode, knowledge=strategy.knowledge, concurrency=sc.concurrency,
                             aggregation_goal=sc.aggregation_goal, overcommit=sc.overcommit, timeout_s=sc.timeout_s,
-                            interruption=sc.interruption, sees_eval_tier=strategy.eval_selector is not None)
+                            interruption=sc.interruption, sees_eval_tier=strategy.eval_selector is not None,
+                            server_optimizer=sc.server_optimizer)
     aggregator = make_aggregator(strategy.aggregator, server_lr=sc.server_lr)
     stop = StopRule(target_accuracy=sc.target_accuracy, max_virtual_s=sc.max_virtual_hours * 3600,
                     max_aggregations=sc.max_aggregations, eval_every=sc.eval_every)

@@ -44,6 +44,7 @@ class Scenario:
     aggregation_goal: int = 5
     overcommit: float = 1.3
     server_lr: float | None = None  # None: the strategy's default
+    server_optimizer: str = "sgd"  # sgd | adam (FedAdam) | yogi (FedYogi), optax transformations
     timeout_s: float = 90.0
     interruption: str = "resume"
     # stopping and metrics

@@ -25,6 +25,7 @@ class FleetConfig:
     utility_from: Literal["first_batch", "all_steps"] = "first_batch"  # FeLiX code: first batch of 32
     control_message_bytes: int = 64  # one TierTrack notification
     sees_eval_tier: bool = False  # strategies with an eval selector may use AVL_EVAL clients
+    server_optimizer: str = "sgd"  # sgd (w + eta * aggregate) | adam (FedAdam) | yogi (FedYogi)
 
     def __post_init__(self):
         object.__setattr__(self, "knowledge", Knowledge(self.knowledge))
@@ -37,6 +38,8 @@ class FleetConfig:
             raise ValueError("concurrency must be >= 1")
         if self.overcommit < 1.0:
             raise ValueError("overcommit must be >= 1")
+        if self.server_optimizer not in ("sgd", "adam", "yogi"):
+            raise ValueError(f"server_optimizer must be sgd, adam or yogi, got {self.server_optimizer!r}")
         if not (self.timeout_s > 0 or math.isinf(self.timeout_s)):
             raise ValueError("timeout_s must be > 0 (or inf)")
 

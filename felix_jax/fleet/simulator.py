@@ -21,7 +21,7 @@ import numpy as np
 from ..cohort import CohortEngine, VersionStore, evaluate, statistical_utility
 from ..data.federated import HeldOutSet
 from ..models.base import Model, Params
-from ..policies.aggregators.base import Aggregator, BufferInfo, apply_weighted_deltas
+from ..policies.aggregators.base import Aggregator, BufferInfo
 from ..policies.selectors.base import SelectionContext, Selector
 from ..traces import AvailabilityTrace, DeviceProfile, Tier
 from .accounting import Accounting
@@ -31,6 +31,7 @@ from .events import EventKind, EventQueue
 from .executor import EvalOutcome, LazyExecutor, TrainOutcome
 from .knowledge import Knowledge, notifications_between, refresh_view
 from .lifecycle import task_timeline
+from .server_optimizer import make_server_optimizer, server_step, weighted_mean_delta
 from .tasks import Task
 
 TRAIN_TIERS = frozenset({int(Tier.AVL_TRAIN)})
@@ -97,6 +98,8 @@ class FleetSimulator:
         self.queue = EventQueue()
         self.acct = Accounting()
         self.params = init_params
+        self.server_opt = make_server_optimizer(config.server_optimizer, aggregator.server_lr)
+        self.server_opt_state = self.server_opt.init(init_params)
         self.version = 0
         self.executor = LazyExecutor(engine, VersionStore(init_params, capacity=8))
         self.executor.publish(0, init_params)
@@ -312,9 +315,8 @@ class FleetSimulator:
         self.acct.staleness.extend(int(s) for s in info.staleness)
         self.acct.agg_weights.extend(float(w) for w in weights)
         if weights.sum() > 0:
-            self.params = apply_weighted_deltas(self.params, deltas, jnp.asarray(weights, jnp.float32),
-                                                jnp.float32(self.aggregator.server_lr),
-                                                normalize=self.aggregator.normalize)
+            mean = weighted_mean_delta(deltas, jnp.asarray(weights, jnp.float32), normalize=self.aggregator.normalize)
+            self.params, self.server_opt_state = server_step(self.server_opt, self.params, self.server_opt_state, mean)
         self.version += 1
         self._evals_this_round = 0
         self.aggregation_times.append(self.now)

@@ -47,9 +47,15 @@ class Aggregator(NamedTuple):
 
 
 @partial(jax.jit, static_argnames=("normalize",))
+def weighted_mean_delta(deltas, weights: jax.Array, *, normalize: bool):
+    """``sum_i w_i delta_i / (sum_i w_i if normalize else K)``; deltas leaves are (K, ...)."""
+    denom = jnp.maximum(weights.sum(), 1e-12) if normalize else jnp.float32(weights.shape[0])
+    scale = weights / denom
+    return jax.tree_util.tree_map(lambda d: jnp.tensordot(scale, d, axes=1), deltas)
+
+
+@partial(jax.jit, static_argnames=("normalize",))
 def apply_weighted_deltas(params, deltas, weights: jax.Array, eta: jax.Array, *, normalize: bool):
-    """``params + eta * sum_i w_i delta_i / (sum_i w_i if normalize else K)``; deltas leaves are (K, ...)."""
-    k = weights.shape[0]
-    denom = jnp.maximum(weights.sum(), 1e-12) if normalize else jnp.float32(k)
-    scale = eta * weights / denom
-    return jax.tree_util.tree_map(lambda p, d: p + jnp.tensordot(scale, d, axes=1).astype(p.dtype), params, deltas)
+    """The plain server step ``params + eta * weighted_mean_delta(...)`` (optax ``sgd(eta)`` does the same)."""
+    mean = weighted_mean_delta(deltas, weights, normalize=normalize)
+    return jax.tree_util.tree_map(lambda p, m: p + (eta * m).astype(p.dtype), params, mean)
