@@ -78,7 +78,10 @@ def _run(args: argparse.Namespace) -> int:
     enable_compilation_cache()
     print(f"felix-jax run: {scenario.name} | strategy {scenario.strategy} | availability {scenario.availability} "
           f"| {scenario.num_clients} clients | results -> {out}", flush=True)
-    result = run(scenario, out, progress=not args.quiet)
+    try:
+        result = run(scenario, out, progress=not args.quiet)
+    except (FileNotFoundError, KeyError) as e:
+        raise SystemExit(f"felix-jax run: {e.args[0] if e.args else e}")
     print(_summary_table(result.summary))
     print(f"results written to {out}/ (config.json, metrics.csv, summary.json, accuracy.png)")
     return 0
@@ -110,7 +113,10 @@ def _compare(args: argparse.Namespace) -> int:
             raise SystemExit(f"felix-jax compare: availability {rg!r}: {e}")
     out = Path(args.out or f"results/compare-{base.name}")
     enable_compilation_cache()
-    rows = run_matrix(base, strategies, regimes, seeds, out, progress=not args.quiet)
+    try:
+        rows = run_matrix(base, strategies, regimes, seeds, out, progress=not args.quiet)
+    except (FileNotFoundError, KeyError) as e:
+        raise SystemExit(f"felix-jax compare: {e.args[0] if e.args else e}")
     reference = "felix" if "felix" in strategies else strategies[0]
     table = comparison_table(rows, strategies, regimes, reference)
     (out / "table.txt").write_text(table + "\n")

@@ -94,3 +94,9 @@ def test_cli_run_writes_results(tmp_path, capsys):
                  "--out", str(tmp_path / "r"), "--quiet"]) == 0
     assert "stop reason" in capsys.readouterr().out
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["aggregations"] == 3
+
+
+def test_cli_missing_data_is_a_clean_error(monkeypatch):
+    monkeypatch.delenv("FELIX_JAX_DATA", raising=False)
+    with pytest.raises(SystemExit, match="FELIX_JAX_DATA"):
+        main(["run", "--preset", "cifar10-small", "--quiet", "--out", "/tmp/never-written"])

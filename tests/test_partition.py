@@ -148,3 +148,14 @@ def test_partition_validation():
         Partition(np.zeros((2, 3), np.int32), np.array([1, 4], np.int32), 10)
     with pytest.raises(ValueError):
         Partition(np.zeros((2, 3), np.int64), np.array([1, 2], np.int32), 10)
+
+
+def test_dataset_subset_is_a_seeded_random_sample_not_a_prefix():
+    from felix_jax.data.dataset import ArrayDataset
+
+    y = np.repeat(np.arange(10), 50).astype(np.int32)  # sorted by class, like the shared CIFAR copy
+    x = np.zeros((500, 2), np.float32)
+    ds = ArrayDataset("sorted", x, y, x[:100], y[:100], 10)
+    sub = ds.subset(100, 20)
+    assert len(np.unique(sub.train_y)) == 10 and sub.test_y.shape == (20,)
+    np.testing.assert_array_equal(sub.train_y, ds.subset(100, 20).train_y)  # seeded

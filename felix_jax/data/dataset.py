@@ -54,10 +54,23 @@ class ArrayDataset:
     def input_shape(self) -> tuple[int, ...]:
         return tuple(self.train_x.shape[1:])
 
-    def subset(self, num_train: int | None = None, num_test: int | None = None) -> "ArrayDataset":
-        """The first ``num_train`` / ``num_test`` rows (for small scenarios and tests)."""
-        tr = slice(None) if num_train is None else slice(0, num_train)
-        te = slice(None) if num_test is None else slice(0, num_test)
+    def subset(self, num_train: int | None = None, num_test: int | None = None, seed: int = 0) -> "ArrayDataset":
+        """A seeded uniform random sample of ``num_train`` / ``num_test`` rows (``None``: all).
+
+        Random, not the first rows: stored data sets are often ordered by class
+        (the shared CIFAR-10 copy is), and a prefix would hold a single class.
+        """
+        rng = np.random.default_rng(seed)
+
+        def pick(n: int | None, total: int) -> np.ndarray | slice:
+            if n is None or n >= total:
+                return slice(None)
+            if n < 1:
+                raise ValueError(f"{self.name}: cannot take {n} rows")
+            return np.sort(rng.choice(total, n, replace=False))
+
+        tr = pick(num_train, self.train_x.shape[0])
+        te = pick(num_test, self.test_x.shape[0])
         return dataclasses.replace(
             self,
             train_x=self.train_x[tr],
