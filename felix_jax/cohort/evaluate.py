@@ -1,7 +1,6 @@
 """Server-side test-set evaluation, chunked so a 10k-image call fits in memory.
 
-Feeds only metrics (and the stopping rule), never a selection decision, so the
-fleet may defer it and batch several model versions into one call.
+Feeds only metrics (and the stopping rule), never a selection decision.
 """
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from ..data.federated import HeldOutSet
 from ..models.base import Model, Params
@@ -47,12 +45,3 @@ def evaluate(model: Model, params: Params, test: HeldOutSet, chunk: int = 1000) 
         raise ValueError("empty test set")
     correct, loss_sum = jax.device_get(_eval_chunks(model, params, test, min(chunk, n)))
     return HeldOutMetrics(float(correct) / n, float(loss_sum) / n)
-
-
-def evaluate_versions(model: Model, stacked: Params, slots, test: HeldOutSet, chunk: int = 1000) -> np.ndarray:
-    """(accuracy, loss) rows for several stored model versions (deferred metrics)."""
-    out = []
-    for s in np.asarray(slots).reshape(-1):
-        params = jax.tree_util.tree_map(lambda a: a[int(s)], stacked)
-        out.append(evaluate(model, params, test, chunk))
-    return np.array(out, dtype=np.float64).reshape(-1, 2)

@@ -101,12 +101,13 @@ def plot_comparison(rows: list[dict], strategies: list[str], regimes: list[str],
     fig.savefig(paths[-1], dpi=110)
     plt.close(fig)
 
+    def gigabytes(key: str, rg: str) -> list[float]:
+        return [np.mean([r[key] for r in rows if r["strategy"] == st and r["availability"] == rg]) / 1e9
+                for st in strategies]
+
     fig, axes = plt.subplots(1, len(regimes), figsize=(4.2 * len(regimes), 3.4), squeeze=False)
     for ax, rg in zip(axes[0], regimes):
-        train = [np.mean([r["bytes_train"] for r in rows if r["strategy"] == st and r["availability"] == rg]) / 1e9
-                 for st in strategies]
-        ev = [np.mean([r["bytes_eval"] for r in rows if r["strategy"] == st and r["availability"] == rg]) / 1e9
-              for st in strategies]
+        train, ev = gigabytes("bytes_train", rg), gigabytes("bytes_eval", rg)
         x = np.arange(len(strategies))
         ax.bar(x, train, label="train")
         ax.bar(x, ev, bottom=train, label="eval")
