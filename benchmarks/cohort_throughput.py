@@ -27,10 +27,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from felix_jax.cohort import CohortEngine, ExecutionPlan, LocalTrainConfig, LocalEvalConfig, VersionStore, auto_plan
+from felix_jax.cohort import CohortEngine, LocalTrainConfig, LocalEvalConfig, VersionStore, auto_plan
 from felix_jax.cohort.evaluate import evaluate
 from felix_jax.data.dataset import ArrayDataset
-from felix_jax.data.federated import HeldOutSet, to_device, held_out_to_device
+from felix_jax.data.federated import to_device, held_out_to_device
 from felix_jax.models import cifar_cnn
 
 BATCH = 32

@@ -20,6 +20,7 @@ from .data.federated import held_out_to_device, to_device
 from .data.loaders import load_dataset
 from .data.partition import dirichlet_partition
 from .models import cifar_cnn
+from .policies.aggregators.base import apply_weighted_deltas
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,12 +35,6 @@ class DemoConfig:
     local_epochs: int = 1
     server_lr: float = 1.0
     seed: int = 0
-
-
-@jax.jit
-def _fedavg(params, deltas, weights):
-    w = weights / weights.sum()
-    return jax.tree_util.tree_map(lambda p, d: p + jnp.tensordot(w, d, axes=1), params, deltas)
 
 
 def run_demo(cfg: DemoConfig = DemoConfig(), log=print) -> dict:
@@ -63,7 +58,9 @@ def run_demo(cfg: DemoConfig = DemoConfig(), log=print) -> dict:
         clients = rng.choice(cfg.num_clients, cfg.clients_per_round, replace=False)
         t0, n_calls = time.perf_counter(), len(engine.records)
         out = engine.train(store.stacked, np.zeros(len(clients), np.int32), clients, r * 10_000 + np.arange(len(clients)))
-        params = _fedavg(params, out.delta, jnp.asarray(out.all_steps.count / np.maximum(out.num_steps, 1)))
+        # FedAvg: the new model is the sample-weighted mean of the clients' models
+        params = apply_weighted_deltas(params, out.delta, jnp.asarray(out.all_steps.count, jnp.float32),
+                                       jnp.float32(cfg.server_lr), normalize=True)
         jax.block_until_ready(params)
         dt = time.perf_counter() - t0
         samples = int(out.all_steps.count.sum())

@@ -4,12 +4,11 @@ import math
 
 import jax
 import numpy as np
-import pytest
 
 from felix_jax.cohort import CohortEngine, LocalTrainConfig
 from felix_jax.data.federated import held_out_to_device, to_device
 from felix_jax.data.partition import partition_from_counts
-from felix_jax.fleet import FleetConfig, Interruption, Knowledge, StopRule, task_timeline
+from felix_jax.fleet import FleetConfig, Interruption, StopRule, task_timeline
 from felix_jax.fleet.modes import AsyncMode, SyncMode
 from felix_jax.fleet.simulator import FleetSimulator
 from felix_jax.models import mlp

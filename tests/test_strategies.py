@@ -3,7 +3,6 @@
 import collections
 
 import numpy as np
-import pytest
 
 from felix_jax.experiment import STRATEGIES, get_preset
 from felix_jax.experiment.runner import build_simulator

@@ -26,7 +26,7 @@ from ..data.federated import FederatedData
 from ..models.base import Model, Params
 from .buckets import plan_buckets
 from .config import LocalEvalConfig, LocalTrainConfig
-from .local import (EvalResult, TrainResult, eval_final, eval_init, eval_step, local_eval, local_train, train_final,
+from .local import (EvalResult, eval_final, eval_init, eval_step, local_eval, local_train, train_final,
                     train_init, train_step)
 from .plan import ExecutionPlan, auto_plan, cohort_scan
 from .stats import LossStats

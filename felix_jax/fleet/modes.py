@@ -56,7 +56,7 @@ class SyncMode:
         if sim.round != self.round:  # a new round starts
             self.round, self.dispatched, self.fresh = sim.round, 0, []
         k, n_sel = sim.cfg.aggregation_goal, sim.cfg.round_size
-        if self.dispatched >= k and self.dispatched > 0:
+        if self.dispatched >= k:  # the round has its K tasks out: wait for them
             return
         sim.refresh_view()
         self.dispatched += sim.select_and_dispatch(n_sel - self.dispatched, "train")
