@@ -21,6 +21,8 @@ class Accounting:
     replies_eval: int = 0
     discarded_updates: int = 0  # late updates an aggregator dropped
     late_updates_used: int = 0  # stale updates a sync aggregator kept (REFL SAA)
+    rejected_updates_nonfinite: int = 0  # dropped by the update guard: NaN or Inf
+    rejected_updates_norm: int = 0  # dropped by the update guard: L2 norm out of bounds
     interrupted_tasks: int = 0
     abandoned_tasks: int = 0
     timeouts: int = 0

@@ -33,6 +33,8 @@ from .knowledge import Knowledge, notifications_between, refresh_view
 from .lifecycle import task_timeline
 from .server_optimizer import make_server_optimizer, server_step, weighted_mean_delta
 from .tasks import Task
+from .update_guard import (UpdateGuardConfig, Verdict, judge_updates, remember_norms, tree_all_finite,
+                           update_health, zero_rejected)
 
 TRAIN_TIERS = frozenset({int(Tier.AVL_TRAIN)})
 EVAL_TIERS = frozenset({int(Tier.AVL_TRAIN), int(Tier.AVL_EVAL)})
@@ -71,12 +73,6 @@ class RunRecord:
     params: Params
 
 
-@jax.jit
-def _delta_norms(deltas) -> jax.Array:
-    sq = sum(jnp.sum(d.reshape(d.shape[0], -1) ** 2, axis=1) for d in jax.tree_util.tree_leaves(deltas))
-    return jnp.sqrt(sq)
-
-
 class FleetSimulator:
     """Runs one strategy on one fleet; ``run()`` returns a :class:`RunRecord`."""
 
@@ -84,7 +80,8 @@ class FleetSimulator:
                  test: HeldOutSet, init_params: Params, config: FleetConfig, selector: Selector,
                  aggregator: Aggregator, mode: Any, stop: StopRule, seed: int = 0,
                  eval_selector: Selector | None = None, eval_budget: int = 0,
-                 on_checkpoint: Callable[[Checkpoint], None] | None = None):
+                 on_checkpoint: Callable[[Checkpoint], None] | None = None,
+                 update_guard: UpdateGuardConfig = UpdateGuardConfig()):
         if trace.num_clients < engine.data.num_clients:
             raise ValueError(f"trace has {trace.num_clients} clients but the data has {engine.data.num_clients}")
         self.model, self.engine, self.trace, self.profile = model, engine, trace, profile
@@ -92,6 +89,9 @@ class FleetSimulator:
         self.selector, self.aggregator, self.mode = selector, aggregator, mode
         self.eval_selector, self.eval_budget = eval_selector, eval_budget
         self.on_checkpoint = on_checkpoint
+        self.update_guard = update_guard
+        self._guard_norms = np.zeros(0, np.float64)  # norms of recently accepted updates, oldest first
+        self._guard_empty_buffers = 0  # buffers in a row without an accepted update
         counts = engine.counts
         self.view = ClientMap.create(counts)
         self.rng = np.random.default_rng(np.random.SeedSequence([seed, 1]))
@@ -295,28 +295,54 @@ class FleetSimulator:
 
     # ------------------------------------------------------------ aggregation
     def aggregate(self, updates: list[Update]) -> None:
-        """Applies the aggregator to ``updates`` and publishes a new model version."""
+        """Applies the aggregator to ``updates`` and publishes a new model version.
+
+        The update guard (:mod:`.update_guard`) drops non-finite and out-of-bounds
+        updates first: the aggregator sees only the K' accepted ones, and its
+        step divides by K' (``normalize=False``) or by their total weight. The
+        round closes either way: a buffer whose updates were all rejected
+        advances the version without a step, as one whose weights are all zero
+        does, until ``max_empty_buffers`` such buffers in a row stop the run as
+        diverged. A model that is non-finite after the step is not published; the
+        run stops as diverged, keeping the last finite model.
+        """
         outcomes = [u.outcome for u in updates]
         deltas = self.executor.take_deltas(outcomes)
+        finite, raw_norms = jax.device_get(update_health(deltas))
+        verdict = self._judge(finite, raw_norms)
+        keep = verdict.accepted
+        limit = self.update_guard.max_empty_buffers
+        if limit is not None and self._guard_empty_buffers >= limit:
+            self._stop_reason = (f"diverged: no client update accepted in the last {limit} buffers "
+                                 f"({self.acct.rejected_updates_nonfinite} non-finite, "
+                                 f"{self.acct.rejected_updates_norm} over the norm bound so far)")
+            return
+        if not keep.all():
+            deltas = zero_rejected(deltas, jnp.asarray(keep))
+        norms = raw_norms
         if self.aggregator.transform_deltas is not None:
             deltas = self.aggregator.transform_deltas(deltas)
+            norms = jax.device_get(update_health(deltas)[1])
         info = BufferInfo(
             staleness=np.array([u.staleness for u in updates], np.int64),
             num_samples=np.array([self.view.num_samples[u.task.client] for u in updates], np.float64),
             utility=np.array([self.view.utility[u.task.client] for u in updates]),
             loss_mean=np.array([o.all_steps.sum / max(o.all_steps.count, 1.0) for o in outcomes]),
-            delta_norms=np.asarray(_delta_norms(deltas), np.float64),
+            delta_norms=np.asarray(norms, np.float64),
         )
-        if self.aggregator.augment_info is not None:
-            info = self.aggregator.augment_info(info, deltas)
-        weights = np.asarray(self.aggregator.weights(info), np.float64)
-        if weights.shape != (len(updates),) or not np.all(np.isfinite(weights)) or (weights < 0).any():
-            raise RuntimeError(f"aggregator {self.aggregator.name} returned bad weights {weights}")
-        self.acct.staleness.extend(int(s) for s in info.staleness)
-        self.acct.agg_weights.extend(float(w) for w in weights)
+        weights = np.zeros(len(updates), np.float64)
+        if keep.any():
+            weights[keep] = self._accepted_weights(info, deltas, keep)
+        if not self.aggregator.normalize and 0 < keep.sum() < len(updates):
+            # the reduction divides by the K rows it is given; the aggregator's K is the accepted K'
+            weights *= len(updates) / keep.sum()
         if weights.sum() > 0:
             mean = weighted_mean_delta(deltas, jnp.asarray(weights, jnp.float32), normalize=self.aggregator.normalize)
-            self.params, self.server_opt_state = server_step(self.server_opt, self.params, self.server_opt_state, mean)
+            params, opt_state = server_step(self.server_opt, self.params, self.server_opt_state, mean)
+            if not bool(tree_all_finite(params)):
+                self._stop_reason = f"diverged: global model is non-finite after aggregation {self.version + 1}"
+                return
+            self.params, self.server_opt_state = params, opt_state
         self.version += 1
         self._evals_this_round = 0
         self.aggregation_times.append(self.now)
@@ -325,6 +351,34 @@ class FleetSimulator:
             self._checkpoint()
         if self.version >= self.stop.max_aggregations and self._stop_reason is None:
             self._stop_reason = "max_aggregations"
+
+    def _judge(self, finite: np.ndarray, norms: np.ndarray) -> Verdict:
+        """The guard's verdict on one buffer; counts rejections and remembers accepted norms."""
+        verdict = judge_updates(finite, norms, self._guard_norms, self.update_guard)
+        self.acct.rejected_updates_nonfinite += int(verdict.nonfinite.sum())
+        self.acct.rejected_updates_norm += int(verdict.over_norm.sum())
+        self._guard_norms = remember_norms(self._guard_norms, norms, verdict, self.update_guard)
+        self._guard_empty_buffers = 0 if verdict.accepted.any() else self._guard_empty_buffers + 1
+        return verdict
+
+    def _accepted_weights(self, info: BufferInfo, deltas, keep: np.ndarray) -> np.ndarray:
+        """The aggregator's weights for the accepted rows ``keep`` only: (K',) float64.
+
+        ``augment_info`` works on the whole (K, ...) buffer (fixed shapes); a rejected
+        row reaches it as padding: a zero delta with staleness -1, neither fresh
+        nor stale. Every per-row field is then cut to the accepted rows.
+        """
+        if self.aggregator.augment_info is not None:
+            padded = info._replace(staleness=np.where(keep, info.staleness, -1))
+            info = self.aggregator.augment_info(padded, deltas)
+        if not keep.all():
+            info = info._make(np.asarray(field)[keep] for field in info)
+        weights = np.asarray(self.aggregator.weights(info), np.float64)
+        if weights.shape != (int(keep.sum()),) or not np.all(np.isfinite(weights)) or (weights < 0).any():
+            raise RuntimeError(f"aggregator {self.aggregator.name} returned bad weights {weights}")
+        self.acct.staleness.extend(int(s) for s in info.staleness)
+        self.acct.agg_weights.extend(float(w) for w in weights)
+        return weights
 
     def _checkpoint(self) -> None:
         self._count_notifications()

@@ -1,0 +1,147 @@
+"""The update guard: client updates must be finite and of plausible size (DESIGN.md "Nothing lost").
+
+One client that sends NaN, Inf or a wildly scaled update must not poison the
+global model, and must not pass silently either. Before any aggregator sees a
+buffer, the server checks every update in one jitted device call
+(:func:`update_health`: per-update finiteness and global L2 norm) and decides on
+the host (:func:`judge_updates`, a pure function) which ones to drop, by reason:
+
+* ``nonfinite``: the update holds a NaN or an Inf;
+* ``norm``: its L2 norm exceeds ``max_norm`` (absolute), or ``max_norm_ratio``
+  times the median norm of recently accepted updates (this buffer's finite
+  updates included, so one outlier among K cannot hide behind itself).
+
+The norms of accepted updates feed the next buffer's median
+(:func:`remember_norms`). :func:`tree_all_finite` checks the global model after
+the server step; a model that is non-finite even so ends the run as diverged, and
+so do ``max_empty_buffers`` buffers in a row without one accepted update (every
+client's training blows up, e.g. a learning rate far too large: the model would
+never change again).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class UpdateGuardConfig:
+    """Which client updates the server accepts.
+
+    >>> UpdateGuardConfig(max_norm_ratio=5.0).history
+    100
+    """
+
+    enabled: bool = True  # False: every update reaches the aggregator (the divergence stop still applies)
+    max_norm_ratio: float | None = 10.0  # reject norm > ratio * median of recent accepted norms; None: off
+    history: int = 100  # accepted norms kept for the median
+    min_history: int = 5  # norms (recent + this buffer's finite ones) needed before the ratio rule applies
+    max_norm: float | None = None  # absolute bound on an update's L2 norm; None: off
+    max_empty_buffers: int | None = 5  # stop as diverged after this many buffers in a row had no update accepted
+
+    def __post_init__(self):
+        if not isinstance(self.enabled, bool):
+            raise ValueError(f"update guard: enabled must be true or false, got {self.enabled!r}")
+        for name in ("max_norm_ratio", "max_norm"):
+            v = getattr(self, name)
+            if v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise ValueError(f"update guard: {name} must be a finite number or None, got {v!r}")
+        if self.max_norm_ratio is not None and self.max_norm_ratio <= 1.0:
+            raise ValueError(f"update guard: max_norm_ratio must be > 1 (a multiple of the median norm) or None, "
+                             f"got {self.max_norm_ratio!r}")
+        if self.max_norm is not None and self.max_norm <= 0.0:
+            raise ValueError(f"update guard: max_norm must be > 0 or None, got {self.max_norm!r}")
+        for name in ("history", "min_history", "max_empty_buffers"):
+            v = getattr(self, name)
+            if v is None and name == "max_empty_buffers":
+                continue
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                allowed = "an integer >= 1 or None" if name == "max_empty_buffers" else "an integer >= 1"
+                raise ValueError(f"update guard: {name} must be {allowed}, got {v!r}")
+
+
+class Verdict(NamedTuple):
+    """The guard's decision on K updates (host numpy)."""
+
+    accepted: np.ndarray  # (K,) bool
+    nonfinite: np.ndarray  # (K,) bool: rejected, holds NaN or Inf
+    over_norm: np.ndarray  # (K,) bool: rejected, finite but its norm is out of bounds
+    reference_norm: float | None  # the median the ratio rule used; None when it did not apply
+
+
+@jax.jit
+def update_health(deltas) -> tuple[jax.Array, jax.Array]:
+    """Per-update finiteness and global L2 norm of K stacked updates (leaves (K, ...)), one call.
+
+    Returns ``(finite, norms)``: (K,) bool and (K,) float. A NaN/Inf update's
+    norm is NaN/Inf; a finite update's norm may overflow to Inf only when its
+    squared entries do, which ``finite`` tells apart.
+    """
+    leaves = [d.reshape(d.shape[0], -1) for d in jax.tree_util.tree_leaves(deltas)]
+    finite = jnp.stack([jnp.all(jnp.isfinite(d), axis=1) for d in leaves]).all(axis=0)
+    norms = jnp.sqrt(sum(jnp.sum(d ** 2, axis=1) for d in leaves))
+    return finite, norms
+
+
+@jax.jit
+def zero_rejected(deltas, accepted: jax.Array):
+    """Rejected rows replaced by zeros (``NaN * 0`` is NaN, so zero weight alone is not enough)."""
+    def zero(d):
+        keep = accepted.reshape((-1,) + (1,) * (d.ndim - 1))
+        return jnp.where(keep, d, jnp.zeros((), d.dtype))
+
+    return jax.tree_util.tree_map(zero, deltas)
+
+
+@jax.jit
+def tree_all_finite(tree) -> jax.Array:
+    """True when every entry of every leaf is finite (a scalar bool)."""
+    return jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves(tree)]).all()
+
+
+def judge_updates(finite, norms, recent, config: UpdateGuardConfig) -> Verdict:
+    """Accept or reject each of K updates (host side, pure).
+
+    ``finite`` and ``norms`` come from :func:`update_health`; ``recent`` holds the
+    norms of previously accepted updates (oldest first). With the guard disabled
+    every update is accepted.
+
+    >>> v = judge_updates([True, True, False, True], [1.0, 2.0, float("nan"), 50.0], [1.0, 3.0],
+    ...                   UpdateGuardConfig(max_norm_ratio=10.0, min_history=3))
+    >>> v.accepted.tolist(), v.nonfinite.tolist(), v.over_norm.tolist(), v.reference_norm
+    ([True, True, False, False], [False, False, True, False], [False, False, False, True], 2.0)
+    """
+    finite = np.asarray(finite, bool)
+    norms = np.asarray(norms, np.float64)
+    k = len(norms)
+    if not config.enabled:
+        none = np.zeros(k, bool)
+        return Verdict(np.ones(k, bool), none, none.copy(), None)
+    nonfinite = ~finite
+    over = np.zeros(k, bool)
+    if config.max_norm is not None:
+        over |= finite & ~(norms <= config.max_norm)  # an overflowed (Inf) norm is out of bounds too
+    reference = None
+    if config.max_norm_ratio is not None:
+        pool = np.concatenate([np.asarray(recent, np.float64), norms[finite & np.isfinite(norms)]])
+        if len(pool) >= config.min_history:
+            reference = float(np.median(pool))
+            if reference > 0:  # a median of zero updates bounds nothing
+                over |= finite & ~(norms <= config.max_norm_ratio * reference)
+            else:
+                reference = None
+    return Verdict(~(nonfinite | over), nonfinite, over, reference)
+
+
+def remember_norms(recent, norms, verdict: Verdict, config: UpdateGuardConfig) -> np.ndarray:
+    """The guard's next state: the last ``config.history`` accepted norms, oldest first."""
+    kept = np.asarray(norms, np.float64)[verdict.accepted]
+    return np.concatenate([np.asarray(recent, np.float64), kept])[-config.history:]
