@@ -32,7 +32,9 @@ def _eval_chunks(model: Model, params: Params, test: HeldOutSet, chunk: int):
         rows = jnp.minimum(rows, n - 1)
         losses, logits = model.loss(params, test.inputs(rows), test.y[rows])
         hit = (logits.argmax(-1) == test.y[rows]) & valid
-        return (correct + hit.sum(), loss_sum + jnp.where(valid, losses, 0.0).sum()), None
+        # explicit dtypes: under JAX_ENABLE_X64 a bare sum is int64/float64 and the carry would change type
+        return (correct + hit.sum(dtype=correct.dtype),
+                loss_sum + jnp.where(valid, losses, 0.0).sum().astype(loss_sum.dtype)), None
 
     (correct, loss_sum), _ = jax.lax.scan(body, (jnp.zeros((), jnp.int32), jnp.zeros((), jnp.float32)), idx)
     return correct, loss_sum
