@@ -54,9 +54,10 @@ def test_utility_clipping_at_order_statistic():
 
 
 def test_oort_normalised_utility_variant():
-    # U = [10, 20, 30] -> (U - 10) / 20 = [0, 0.5, 1]; round 1: no bonus
+    # U = [10, 20, 30]: lo = 0.999 * 10 = 9.99, span = 30 - 9.99 = 20.01, clip sorted[floor(2.7)] = 30;
+    # (U - 9.99) / 20.01 = [0.01, 10.01, 20.01] / 20.01; round 1: no bonus
     s = oort.oort_scores([10.0, 20.0, 30.0], [1, 1, 1], 1, [1, 1, 1], 1.0, normalize_utility=True)
-    np.testing.assert_allclose(s, [0.0, 0.5, 1.0])
+    np.testing.assert_allclose(s, [0.01 / 20.01, 10.01 / 20.01, 1.0])
 
 
 def test_exploit_candidates_cut_off():
@@ -108,9 +109,10 @@ def test_oort_config_defaults():
     c = oort.OortConfig()
     assert (c.exploration_factor, c.exploration_decay, c.exploration_min) == (0.9, 0.98, 0.2)
     assert (c.round_threshold, c.round_penalty, c.pacer_step, c.pacer_delta) == (30.0, 2.0, 20, 5.0)
-    assert (c.clip_bound, c.cut_off, c.sample_window, c.overcommit) == (0.9, 0.05, 5.0, 1.3)
+    assert (c.clip_bound, c.cut_off, c.sample_window) == (0.9, 0.05, 5.0)
     o = oort.OortConfig.original_repo()
-    assert (o.exploration_min, o.clip_bound, o.cut_off) == (0.3, 0.98, 0.7)
+    assert (o.exploration_decay, o.exploration_min, o.round_threshold) == (0.95, 0.2, 10.0)
+    assert (o.clip_bound, o.cut_off) == (0.98, 0.7)
     assert c.pacer() == oort.Pacer(step=20, delta=5.0)
 
 

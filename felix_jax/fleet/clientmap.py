@@ -25,10 +25,13 @@ class ClientMap:
     times_trained: np.ndarray  # (N,) int64: training replies received
     duration_s: np.ndarray  # (N,) float64: last observed training-task duration (nan: unknown)
     picked_round: np.ndarray  # (N,) int64: last aggregation round the client was picked in
+    # (N,) float64: training-task duration the client's system profile gives at registration (nan: unknown)
+    registered_duration_s: np.ndarray
 
     @staticmethod
-    def create(num_samples: np.ndarray) -> "ClientMap":
+    def create(num_samples: np.ndarray, registered_duration_s: np.ndarray | None = None) -> "ClientMap":
         n = len(num_samples)
+        registered = np.full(n, np.nan) if registered_duration_s is None else registered_duration_s
         return ClientMap(
             tier=np.full(n, Tier.AVL_TRAIN, np.int8),  # every client is registered available at t=0
             busy=np.zeros(n, bool),
@@ -39,6 +42,7 @@ class ClientMap:
             times_trained=np.zeros(n, np.int64),
             duration_s=np.full(n, np.nan),
             picked_round=np.full(n, -1, np.int64),
+            registered_duration_s=np.asarray(registered, np.float64).copy(),
         )
 
     @property

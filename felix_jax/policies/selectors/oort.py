@@ -1,12 +1,22 @@
-"""Oort's guided participant selection (Lai et al., OSDI'21), as the FeLiX code uses it.
+"""Oort's guided participant selection (Lai et al., OSDI'21) on the server's client map.
 
-Exploration first while unexplored clients exist (epsilon 0.9, x0.98 per call,
-floor 0.2); otherwise exploit: score = (clipped U + sqrt(0.1 ln(round) /
-last_round)) * min(1, T_pref / t_i)^alpha with T_pref the pacer's percentile of
-observed durations, candidates above ``cut_off`` times the score at the exploit
-length, sampled by score without replacement (REFERENCE.md "TierSelect",
-"Baselines"). The formulas live in :mod:`.oort_math`; this file threads the
-selector's state (call count for epsilon, the pacer) and reads the ClientMap.
+Each call splits ``k`` into exploration (never-explored eligible clients) and
+exploitation (explored eligible clients, sampled by Oort score among the
+candidates above the cut-off); :class:`~.oort_math.OortConfig` chooses how each
+step is done (the FeLiX code's way by default, FedScale's or the Oort
+repository's by variant). The formulas live in :mod:`.oort_math`; this file
+threads the selector's state (call count for epsilon, the pacer, the clients
+exploited since the last pacer record) and reads the ClientMap:
+
+* explored = has a utility (``utility_round >= 0``);
+* a client's duration is its observed one (``duration_s``), else its registered
+  one (``registered_duration_s``), else unknown (NaN: not penalised, and not in
+  ``T_pref``'s population);
+* the pacer records once per aggregation round, and once at the first call (an
+  empty record, as Oort's code records at its first call): the utility of the
+  clients this selector exploited since the previous record that have sent a
+  training reply since they were picked (:func:`~.oort_math.pacer_input`; eval
+  replies and explored-at-random clients do not count).
 
 FeLiX's TierSelect train selector is this selector run on TierTrack's view
 (fresh tiers, utilities refreshed by the eval selector).
@@ -19,48 +29,98 @@ from typing import NamedTuple
 import numpy as np
 
 from .base import SelectionContext, Selector
-from .oort_math import (OortConfig, PacerState, epsilon_schedule, exploit_candidates, oort_scores,
-                        preferred_duration, sample_by_score, split_explore_exploit)
+from .oort_math import (OortConfig, PacerState, epsilon_schedule, exploit_candidates, exploration_prior,
+                        exploration_window, oort_scores, pacer_input, preferred_duration, sample_by_score,
+                        split_explore_exploit)
+
+_NO_CLIENTS = np.zeros(0, np.int64)
 
 
 class OortState(NamedTuple):
     calls: int  # selection calls so far (epsilon decays per call)
     pacer: PacerState
-    round: int  # last aggregation round the pacer saw
+    round: int  # last aggregation round the pacer recorded (-1: none yet)
+    exploited: np.ndarray = _NO_CLIENTS  # clients exploited since the last pacer record
+    exploited_trained: np.ndarray = _NO_CLIENTS  # their times_trained when picked
+    exhausted: bool = False  # shortfall="random": no client was left unexplored, epsilon is 0
+    t_pref: float = float("inf")  # T_pref of the last call
+
+
+def _durations(view) -> np.ndarray:
+    """Observed duration, else registered (profile) duration, else NaN."""
+    return np.where(np.isfinite(view.duration_s), view.duration_s, view.registered_duration_s)
 
 
 def make_oort_selector(config: OortConfig = OortConfig()) -> Selector:
     pacer = config.pacer()
 
     def init() -> OortState:
-        return OortState(0, pacer.init(config.round_threshold), 0)
+        return OortState(0, pacer.init(config.round_threshold), -1)
 
     def select(state: OortState, ctx: SelectionContext, k: int):
         view = ctx.view
-        pstate = state.pacer
+        pstate, exploited, base = state.pacer, state.exploited, state.exploited_trained
         if ctx.round > state.round:  # one pacer record per aggregation round
-            reported = view.utility_round == ctx.round - 1
-            pstate = pacer.update(pstate, float(view.utility[reported].sum()))
+            reported = view.times_trained[exploited] > base
+            pstate = pacer.update(pstate, pacer_input(view.utility[exploited[reported]]))
+            exploited, base = _NO_CLIENTS, _NO_CLIENTS
         explored_all = view.utility_round >= 0
         explored = np.flatnonzero(ctx.eligible & explored_all)
         unexplored = np.flatnonzero(ctx.eligible & ~explored_all)
-        eps = epsilon_schedule(state.calls, config.exploration_factor, config.exploration_decay,
-                               config.exploration_min)
-        n_explore, n_exploit = split_explore_exploit(int(k), eps, len(unexplored), len(explored))
+        eps = 0.0 if state.exhausted else epsilon_schedule(
+            state.calls, config.exploration_factor, config.exploration_decay, config.exploration_min,
+            config.decay_before_use)
+        n_explore, n_exploit = split_explore_exploit(int(k), eps, len(unexplored), len(explored),
+                                                     config.split_rounding, absorb=config.shortfall == "exploit")
+        durations = _durations(view)
+        if config.t_pref_over == "explored":
+            population = durations[explored_all & np.isfinite(view.duration_s)]
+        else:
+            population = durations[np.isfinite(durations)]
+        t_pref = preferred_duration(population, pstate.threshold)
+        prior = None
+        if config.explore_by_prior or config.normalize_utility:
+            prior = np.zeros(view.num_clients)
+            prior[unexplored] = exploration_prior(view.num_samples[unexplored], durations[unexplored], t_pref,
+                                                  config.round_penalty, config.prior_cap)
         picked = []
+        exploit_pick = _NO_CLIENTS
         if n_exploit > 0:
-            known = explored_all & np.isfinite(view.duration_s)
-            t_pref = preferred_duration(view.duration_s[known], pstate.threshold)
-            durations = np.where(np.isfinite(view.duration_s[explored]), view.duration_s[explored], t_pref)
+            population = None
+            if config.normalize_utility:  # rewards of the eligible clients: U, or the raw prior if unexplored
+                raw = view.num_samples.astype(np.float64)
+                if config.prior_cap is not None:
+                    raw = np.minimum(raw, float(config.prior_cap))
+                population = np.where(explored_all, view.utility, raw)[ctx.eligible]
             scores = np.zeros(view.num_clients)
             scores[explored] = oort_scores(view.utility[explored], view.utility_round[explored], ctx.round,
-                                           durations, t_pref, config.round_penalty, config.clip_bound,
-                                           config.normalize_utility)
-            candidates = explored[exploit_candidates(scores[explored], n_exploit, config.cut_off)]
-            picked.append(sample_by_score(ctx.rng, candidates, scores, min(n_exploit, len(candidates))))
+                                           durations[explored], t_pref, config.round_penalty, config.clip_bound,
+                                           config.normalize_utility, population)
+            if config.abs_scores:
+                scores = np.abs(scores)
+            candidates = explored[exploit_candidates(scores[explored], n_exploit, config.cut_off,
+                                                     config.min_candidates_factor)]
+            exploit_pick = sample_by_score(ctx.rng, candidates, scores, min(n_exploit, len(candidates)))
+            picked.append(exploit_pick)
         if n_explore > 0:
-            picked.append(ctx.rng.choice(unexplored, n_explore, replace=False))
-        clients = np.concatenate(picked).astype(np.int64) if picked else np.zeros(0, np.int64)
-        return clients, OortState(state.calls + 1, pstate, max(ctx.round, state.round))
+            if config.explore_by_prior:
+                window = unexplored[exploration_window(prior[unexplored], n_explore, config.sample_window)]
+                picked.append(sample_by_score(ctx.rng, window, prior, n_explore))
+            else:
+                picked.append(ctx.rng.choice(unexplored, n_explore, replace=False))
+        clients = np.concatenate(picked).astype(np.int64) if picked else _NO_CLIENTS
+        exhausted = state.exhausted
+        if config.shortfall == "random":
+            missing = int(k) - len(clients)
+            if missing > 0:
+                rest = np.flatnonzero(ctx.eligible)
+                rest = rest[~np.isin(rest, clients)]
+                clients = np.concatenate([clients, ctx.rng.permutation(rest)[:missing]])
+            exhausted = exhausted or bool(explored_all.all())
+        new = ~np.isin(exploit_pick, exploited)
+        exploited = np.concatenate([exploited, exploit_pick[new]])
+        base = np.concatenate([base, view.times_trained[exploit_pick[new]]])
+        return clients, OortState(state.calls + 1, pstate, max(ctx.round, state.round), exploited, base,
+                                  exhausted, t_pref)
 
     return Selector("oort", init, select)

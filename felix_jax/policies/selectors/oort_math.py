@@ -1,70 +1,150 @@
 """Oort's guided participant selection, as vectorised numpy (Lai et al., OSDI'21).
 
-Pure host functions over per-client arrays; the selector class that keeps the
-client map and talks to the fleet composes them. Formulas and defaults:
-REFERENCE.md "TierSelect" (the FeLiX code's train selector) and "Baselines"
-(Oort's own code):
+Pure host functions over per-client arrays; the selector in :mod:`.oort` keeps
+the state and reads the client map. Formulas (REFERENCE.md "TierSelect" and
+"Baselines"):
 
-* score = (U_clipped + sqrt(0.1 ln(round) / last_round)) * min(1, T_pref / t_i)^alpha,
-  where U is clipped at Oort's ``clip_bound`` order statistic and ``T_pref`` is
-  the ``round_threshold``-th percentile of durations (a pacer moves it);
+* exploit score = (U' + sqrt(0.1 ln(round) / last_round)) * system penalty, the
+  penalty ``(T_pref / t_i)^alpha`` applying only to clients slower than ``T_pref``,
+  ``T_pref`` the pacer's percentile of durations; ``U'`` is U clipped at the
+  ``clip_bound`` order statistic, or, with ``normalize_utility``, Oort's rescaling
+  ``(min(U, clip) - 0.999 lo) / (hi - 0.999 lo)`` over the positive rewards of the
+  eligible clients (never-explored clients contribute their prior);
 * exploitation samples, without replacement and proportionally to score, among
   clients scoring >= ``cut_off`` times the score at the exploit length;
-* exploration share ``epsilon`` = 0.9 decayed by 0.98 per call to a floor.
+* exploration share ``epsilon`` = ``exploration_factor`` decayed per call to a
+  floor; exploration is uniform, or (``explore_by_prior``) drawn by prior from the
+  ``sample_window`` x explore-count never-explored clients with the largest prior
+  (data size times system penalty).
 
-Oort's own code also min-max rescales the clipped utilities to [0, 1] before
-adding the bonus (``normalize_utility=True``); the FeLiX code adds the raw U.
-Quantiles here are Oort's order statistic ``sorted(x)[min(floor(n q), n - 1)]``.
+:class:`OortConfig` holds every switch; :data:`OORT_VARIANTS` names the three
+configurations (the FeLiX code's, FedScale's Oort and the Oort repository's).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
 import numpy as np
 
 from ...cohort.stats import statistical_utility
 
-__all__ = ["OortConfig", "Pacer", "PacerState", "order_statistic", "preferred_duration", "staleness_bonus",
-           "system_penalty", "clip_utilities", "oort_scores", "exploit_candidates", "sample_by_score",
-           "epsilon_schedule", "split_explore_exploit", "statistical_utility"]
+__all__ = ["OORT_VARIANTS", "OortConfig", "Pacer", "PacerState", "order_statistic", "preferred_duration",
+           "staleness_bonus", "system_penalty", "clip_utilities", "normalised_utilities", "oort_scores",
+           "exploit_candidates", "sample_by_score", "epsilon_schedule", "split_explore_exploit",
+           "exploration_prior", "exploration_window", "pacer_input", "statistical_utility"]
+
+_SPLIT_ROUNDINGS = ("floor_exploit", "floor_explore")
+_SHORTFALLS = ("exploit", "random")
+_T_PREF_POPULATIONS = ("explored", "registered")
 
 
 @dataclasses.dataclass(frozen=True)
 class OortConfig:
-    """Defaults: the FeLiX code's train selector; see the classmethods for Oort's own."""
+    """Every Oort switch, as plain fields (a scenario option ``selector.<field>=value`` sets one).
 
-    exploration_factor: float = 0.9  # initial epsilon
-    exploration_decay: float = 0.98  # epsilon *= decay per selection call
-    exploration_min: float = 0.2  # FeLiX code; Oort's code: 0.3
-    round_threshold: float = 30.0  # initial T_pref percentile of durations
+    The defaults, ``OortConfig()`` = ``OORT_VARIANTS["felix"]``, are the FeLiX
+    code's train selector (REFERENCE.md "TierSelect"), used by every strategy
+    unless a scenario names another variant: epsilon 0.9 decayed by 0.98 per call
+    from the first call on, floor 0.2, uniform exploration, raw (clipped) U plus
+    the bonus, ``T_pref`` over the durations observed from explored clients,
+    exploitation absorbing what exploration cannot fill.
+
+    ``fedscale()`` is Oort as FedScale's ``thirdparty/oort`` runs it and
+    ``original_repo()`` the Oort repository's ``oort/oort.py`` with that
+    repository's argument defaults; each sets the switches that reproduce its
+    code (values in the field comments: FeLiX / FedScale / Oort repository).
+
+    Overcommit is not a selector setting: sync mode selects
+    ``int(overcommit * K)`` clients with the scenario's ``overcommit``
+    (FedScale 1.3, the Oort repository 1.1).
+    """
+
+    exploration_factor: float = 0.9  # initial epsilon: 0.9 / 0.9 / 0.9
+    exploration_decay: float = 0.98  # epsilon *= decay per selection call: 0.98 / 0.98 / 0.95
+    exploration_min: float = 0.2  # epsilon floor: 0.2 / 0.3 / 0.2
+    # True: epsilon is decayed before its use, so call 0 uses 0.9 * 0.98 = 0.882 (FedScale, Oort repository).
+    decay_before_use: bool = False
+    round_threshold: float = 30.0  # initial T_pref percentile of durations: 30 / 30 / 10
     round_penalty: float = 2.0  # alpha of the system penalty
-    pacer_step: int = 20  # rounds per pacer window
+    pacer_step: int = 20  # selection rounds per pacer window
     pacer_delta: float = 5.0  # percentile points the pacer moves T_pref by
-    clip_bound: float = 0.9  # utility clipped at this order statistic (original Oort repo: 0.98)
-    cut_off: float = 0.05  # exploit candidates score >= cut_off * score at exploit length (original: 0.7)
-    # Exploration draws from the top sample_window * explore_len unexplored clients
-    # (ranked by a prior reward, e.g. data size, times the system penalty), by score.
+    clip_bound: float = 0.9  # U clipped at this order statistic: 0.9 / 0.9 / 0.98
+    cut_off: float = 0.05  # exploit candidates score >= cut_off * score at exploit length: 0.05 / 0.05 / 0.7
+    # Candidates past the cut-off are still kept until more than min_candidates_factor * exploit length
+    # are kept: 0 / 10 (FedScale) / 0.
+    min_candidates_factor: float = 0.0
+    # "floor_exploit": exploit = floor(k (1 - epsilon)) (FeLiX, Oort repository);
+    # "floor_explore": explore = floor(k epsilon), exploit = k - explore (FedScale).
+    split_rounding: str = "floor_exploit"
+    # When too few never-explored clients are eligible: "exploit" = exploitation takes the free slots
+    # (FeLiX; FedScale, following the Oort paper where FedScale's code re-sends the previous call's explore
+    # list); "random" = the free slots are filled uniformly from the eligible clients, and once no client is
+    # left unexplored epsilon is 0 from the next call on (Oort repository).
+    shortfall: str = "exploit"
+    # False: explore uniformly among eligible never-explored clients (FeLiX). True: rank them by prior
+    # (data size, capped at prior_cap) times system penalty, keep the top sample_window * explore count and
+    # draw from those proportionally to prior times penalty, without replacement (FedScale, Oort repository).
+    explore_by_prior: bool = False
     sample_window: float = 5.0
-    overcommit: float = 1.3  # sync: select int(overcommit * K) clients
-    normalize_utility: bool = False  # Oort's code: min-max rescale U before adding the bonus
+    # Cap of the prior reward of a never-explored client (the peers register min(size, local_steps *
+    # batch_size)); None: the data size itself.
+    prior_cap: int | None = None
+    # T_pref population: "explored" = observed durations of explored clients (FeLiX); "registered" = every
+    # client, its observed duration or else its registered (profile) one (FedScale, Oort repository).
+    t_pref_over: str = "explored"
+    # False: U' = clipped U (FeLiX). True: Oort's normaliser, see normalised_utilities (FedScale, Oort repo).
+    normalize_utility: bool = False
+    abs_scores: bool = False  # exploit scores taken as |score| (FedScale)
+
+    def __post_init__(self):
+        for name, allowed in (("split_rounding", _SPLIT_ROUNDINGS), ("shortfall", _SHORTFALLS),
+                              ("t_pref_over", _T_PREF_POPULATIONS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"OortConfig.{name} must be one of {allowed}, not {getattr(self, name)!r}")
+        if self.sample_window <= 0:
+            raise ValueError("OortConfig.sample_window must be > 0")
+
+    @classmethod
+    def felix(cls, **overrides) -> "OortConfig":
+        """The FeLiX code's train selector (the defaults)."""
+        return cls(**overrides)
 
     @classmethod
     def fedscale(cls, **overrides) -> "OortConfig":
-        """Oort's own defaults as FedScale runs them (epsilon floor 0.3)."""
-        return cls(**{"exploration_min": 0.3, "normalize_utility": True, **overrides})
+        """Oort as FedScale's ``thirdparty/oort/oort.py`` runs it, FedScale's defaults.
+
+        One deliberate difference: when too few never-explored clients are
+        eligible, exploitation fills the free slots (the Oort paper) where
+        FedScale's code re-sends the previous call's explore list.
+        """
+        return cls(**{"exploration_min": 0.3, "decay_before_use": True, "min_candidates_factor": 10.0,
+                      "split_rounding": "floor_explore", "shortfall": "exploit", "explore_by_prior": True,
+                      "t_pref_over": "registered", "normalize_utility": True, "abs_scores": True, **overrides})
 
     @classmethod
     def original_repo(cls, **overrides) -> "OortConfig":
-        """The original Oort repository's defaults (clip 0.98, cut-off 0.7)."""
-        return cls.fedscale(**{"clip_bound": 0.98, "cut_off": 0.7, **overrides})
+        """The Oort repository's ``oort/oort.py`` with its argument defaults."""
+        return cls(**{"exploration_decay": 0.95, "exploration_min": 0.2, "decay_before_use": True,
+                      "round_threshold": 10.0, "clip_bound": 0.98, "cut_off": 0.7,
+                      "split_rounding": "floor_exploit", "shortfall": "random", "explore_by_prior": True,
+                      "t_pref_over": "registered", "normalize_utility": True, **overrides})
 
     def pacer(self) -> "Pacer":
         return Pacer(step=self.pacer_step, delta=self.pacer_delta)
 
 
+#: Named Oort configurations; each constructor accepts field overrides.
+OORT_VARIANTS: dict[str, Callable[..., OortConfig]] = {
+    "felix": OortConfig.felix,
+    "fedscale": OortConfig.fedscale,
+    "original_repo": OortConfig.original_repo,
+}
+
+
 def order_statistic(values, q: float) -> float:
-    """Oort's quantile: ``sorted(values)[min(floor(n q), n - 1)]``; NaN when empty."""
+    """``sorted(values)[min(floor(n q), n - 1)]``; NaN when empty."""
     v = np.sort(np.asarray(values, dtype=np.float64).ravel())
     if v.size == 0:
         return float("nan")
@@ -72,10 +152,16 @@ def order_statistic(values, q: float) -> float:
 
 
 def preferred_duration(durations, round_threshold_percent: float) -> float:
-    """``T_pref``: the threshold-th percentile of durations; ``inf`` at >= 100 (no penalty)."""
-    if round_threshold_percent >= 100.0 or np.size(durations) == 0:
+    """``T_pref = sorted(d)[min(int(n * threshold / 100), n - 1)]``; ``inf`` at >= 100 or when empty.
+
+    The index is computed as Oort's code does (``n * threshold`` first), which
+    differs from ``floor(n * (threshold / 100))`` at some float edges, e.g. n = 180
+    at 35%: index 63, not 62.
+    """
+    d = np.sort(np.asarray(durations, dtype=np.float64).ravel())
+    if round_threshold_percent >= 100.0 or d.size == 0:
         return float("inf")
-    return order_statistic(durations, round_threshold_percent / 100.0)
+    return float(d[min(int(d.size * float(round_threshold_percent) / 100.0), d.size - 1)])
 
 
 def staleness_bonus(current_round: int, last_round) -> np.ndarray:
@@ -91,9 +177,14 @@ def staleness_bonus(current_round: int, last_round) -> np.ndarray:
 
 
 def system_penalty(durations, t_pref: float, alpha: float = 2.0) -> np.ndarray:
-    """``min(1, T_pref / t_i)^alpha``: only clients slower than ``T_pref`` are penalised."""
-    t = np.maximum(np.asarray(durations, dtype=np.float64), 1e-4)
-    return np.minimum(1.0, t_pref / t) ** alpha
+    """``(T_pref / max(t_i, 1e-4))^alpha`` for clients with ``t_i > T_pref``, else 1.
+
+    An unknown duration (NaN) is not penalised.
+    """
+    t = np.asarray(durations, dtype=np.float64)
+    slow = t > t_pref
+    ratio = np.where(slow, t_pref / np.maximum(np.where(slow, t, 1.0), 1e-4), 1.0)
+    return ratio ** alpha
 
 
 def clip_utilities(utility, clip_bound: float = 0.9) -> np.ndarray:
@@ -102,35 +193,58 @@ def clip_utilities(utility, clip_bound: float = 0.9) -> np.ndarray:
     return u if u.size == 0 else np.minimum(u, order_statistic(u, clip_bound))
 
 
-def oort_scores(utility, last_round, current_round: int, durations, t_pref: float, alpha: float = 2.0,
-                clip_bound: float = 0.9, normalize_utility: bool = False) -> np.ndarray:
-    """Exploitation scores of explored clients (all arrays (N,), same client order).
+def normalised_utilities(utility, population, clip_bound: float) -> np.ndarray:
+    """Oort's normaliser: ``(min(U, clip) - 0.999 lo) / max(hi - 0.999 lo, 1e-4)``.
 
-    ``(U' + staleness_bonus) * system_penalty`` with ``U'`` the clipped utility,
-    min-max rescaled over the given clients when ``normalize_utility``.
+    ``clip`` (the ``clip_bound`` order statistic), ``lo`` and ``hi`` are taken over
+    the positive values of ``population`` only (in Oort: the rewards of all eligible
+    clients, never-explored ones contributing their prior). With no positive value
+    the utilities are returned unchanged.
     """
     u = np.asarray(utility, dtype=np.float64)
-    uc = clip_utilities(u, clip_bound)
-    if normalize_utility and u.size:
-        lo, hi = u.min(), u.max()
-        uc = (uc - lo) / max(hi - lo, 1e-4)
+    pop = np.asarray(population, dtype=np.float64).ravel()
+    pop = pop[pop > 0]
+    if pop.size == 0:
+        return u
+    lo = 0.999 * float(pop.min())
+    span = max(float(pop.max()) - lo, 1e-4)
+    return (np.minimum(u, order_statistic(pop, clip_bound)) - lo) / span
+
+
+def oort_scores(utility, last_round, current_round: int, durations, t_pref: float, alpha: float = 2.0,
+                clip_bound: float = 0.9, normalize_utility: bool = False, population=None) -> np.ndarray:
+    """Exploitation scores of explored clients (arrays (N,), same client order).
+
+    ``(U' + staleness_bonus) * system_penalty``: ``U'`` is U clipped at its own
+    ``clip_bound`` order statistic, or with ``normalize_utility``
+    :func:`normalised_utilities` over ``population`` (default: ``utility``).
+    """
+    u = np.asarray(utility, dtype=np.float64)
+    if normalize_utility:
+        uc = normalised_utilities(u, u if population is None else population, clip_bound)
+    else:
+        uc = clip_utilities(u, clip_bound)
     return (uc + staleness_bonus(current_round, last_round)) * system_penalty(durations, t_pref, alpha)
 
 
-def exploit_candidates(scores, num_to_pick: int, cut_off: float = 0.05) -> np.ndarray:
-    """Indices of clients scoring >= ``cut_off * ref``, best first (ties by index).
+def exploit_candidates(scores, num_to_pick: int, cut_off: float = 0.05, min_factor: float = 0.0) -> np.ndarray:
+    """Indices of exploit candidates, best first (ties by index).
 
-    ``ref`` is the score at the exploit length in descending order, i.e.
-    ``sorted_desc[min(num_to_pick, n - 1)]`` as in Oort's code (the
-    ``num_to_pick + 1``-th best), so for ``cut_off <= 1`` at least ``num_to_pick``
-    clients qualify.
+    A client qualifies when it scores >= ``cut_off * ref``, ``ref`` being the score
+    at the exploit length, ``sorted_desc[min(num_to_pick, n - 1)]`` (so for
+    ``cut_off <= 1`` at least ``num_to_pick`` qualify). With ``min_factor > 0`` the
+    ranking is taken further, past the cut-off, until more than
+    ``min_factor * num_to_pick`` candidates are kept (FedScale: 10).
     """
     s = np.asarray(scores, dtype=np.float64)
     if num_to_pick <= 0 or s.size == 0:
         return np.zeros(0, dtype=np.int64)
     order = np.lexsort((np.arange(s.size), -s))
     ref = s[order[min(num_to_pick, s.size - 1)]]
-    return order[s[order] >= cut_off * ref]
+    count = int(np.count_nonzero(s >= cut_off * ref))
+    if min_factor > 0:
+        count = max(count, int(np.floor(min_factor * num_to_pick)) + 1)
+    return order[:min(count, s.size)]
 
 
 def sample_by_score(rng: np.random.Generator, candidates, scores, k: int) -> np.ndarray:
@@ -153,50 +267,85 @@ def sample_by_score(rng: np.random.Generator, candidates, scores, k: int) -> np.
     return rng.choice(pos, size=k, replace=False, p=w[w > 0] / w[w > 0].sum())
 
 
-def epsilon_schedule(call: int, epsilon0: float = 0.9, decay: float = 0.98, floor: float = 0.2) -> float:
-    """``max(floor, epsilon0 * decay^call)``: call 0 -> 0.9, 1 -> 0.882, ...
+def epsilon_schedule(call: int, epsilon0: float = 0.9, decay: float = 0.98, floor: float = 0.2,
+                     decay_before_use: bool = False) -> float:
+    """Epsilon at selection call ``call`` (0-based): ``max(floor, epsilon0 * decay^c)``.
 
-    Oort's code decays before its first use, i.e. uses ``epsilon_schedule(call + 1)``.
+    ``c = call``, or ``call + 1`` with ``decay_before_use`` (Oort's code decays
+    before the first use: 0.882 at call 0 with 0.9 and 0.98).
     """
-    return max(floor, epsilon0 * decay ** int(call))
+    return max(floor, epsilon0 * decay ** (int(call) + int(bool(decay_before_use))))
 
 
 def split_explore_exploit(num_to_pick: int, epsilon: float, num_unexplored: int,
-                          num_explored: int | None = None) -> tuple[int, int]:
+                          num_explored: int | None = None, rounding: str = "floor_exploit",
+                          absorb: bool = True) -> tuple[int, int]:
     """``(num_explore, num_exploit)`` for one selection call.
 
-    As in Oort: the exploit target is ``floor(num_to_pick * (1 - epsilon))``
-    (capped by ``num_explored``), exploration takes the rest while unexplored
-    clients last, and exploitation absorbs what exploration cannot fill. So a
-    single pick explores while unexplored clients exist (REFERENCE.md
-    "TierSelect": "exploration first"). The two may sum to less than
-    ``num_to_pick`` only if the population is too small.
+    Exploit target: ``floor(k (1 - epsilon))`` (``rounding="floor_exploit"``) or
+    ``k - floor(k epsilon)`` (``"floor_explore"``), capped by ``num_explored``;
+    exploration takes the rest while unexplored clients last. With ``absorb``,
+    exploitation then takes what exploration cannot fill (still capped), so with
+    ``"floor_exploit"`` a single pick explores while unexplored clients exist. The
+    two may sum to less than ``k`` if the population is too small or, without
+    ``absorb``, when unexplored clients run short.
     """
     cap = num_to_pick if num_explored is None else min(num_to_pick, num_explored)
-    exploit = min(int(np.floor(num_to_pick * (1.0 - epsilon))), cap)
+    if rounding == "floor_exploit":
+        target = int(np.floor(num_to_pick * (1.0 - epsilon)))
+    elif rounding == "floor_explore":
+        target = num_to_pick - int(np.floor(num_to_pick * epsilon))
+    else:
+        raise ValueError(f"unknown split rounding {rounding!r}")
+    exploit = min(target, cap)
     explore = min(num_unexplored, num_to_pick - exploit)
-    exploit = min(num_to_pick - explore, cap)
+    if absorb:
+        exploit = min(num_to_pick - explore, cap)
     return explore, exploit
+
+
+def exploration_prior(num_samples, durations, t_pref: float, alpha: float = 2.0,
+                      prior_cap: int | None = None) -> np.ndarray:
+    """Prior reward of never-explored clients: ``min(size, prior_cap) * system_penalty``."""
+    size = np.asarray(num_samples, dtype=np.float64)
+    if prior_cap is not None:
+        size = np.minimum(size, float(prior_cap))
+    return size * system_penalty(durations, t_pref, alpha)
+
+
+def exploration_window(prior, num_explore: int, sample_window: float = 5.0) -> np.ndarray:
+    """Indices of the ``min(int(sample_window * num_explore), n)`` largest priors, best first (ties by index).
+
+    Never fewer than ``num_explore`` (when that many exist).
+    """
+    p = np.asarray(prior, dtype=np.float64)
+    size = min(max(int(sample_window * num_explore), num_explore), p.size)
+    return np.lexsort((np.arange(p.size), -p))[:size]
+
+
+def pacer_input(utilities) -> float:
+    """One pacer record: ``sum(U) / (count + 1e-4)`` over the exploited clients that reported (Oort's code)."""
+    u = np.asarray(utilities, dtype=np.float64)
+    return float(u.sum() / (u.size + 1e-4))
 
 
 @dataclasses.dataclass(frozen=True)
 class PacerState:
     threshold: float  # current T_pref percentile
-    rounds: int = 0  # rounds recorded so far
-    history: tuple[float, ...] = ()  # last 2 * step per-round exploitation utilities
+    rounds: int = 0  # records so far
+    history: tuple[float, ...] = ()  # last 2 * step records
 
 
 @dataclasses.dataclass(frozen=True)
 class Pacer:
     """Oort's pacer: relaxes ``T_pref`` when exploitation utility goes flat.
 
-    Each round records the mean utility of the exploited clients that reported.
-    Every ``step`` rounds (from round ``2 step`` on) it compares the sums over the
-    last two windows: if they differ by at most ``flat_tolerance`` (10%) of the
-    previous one, utility has stopped improving and the threshold rises by
-    ``delta`` (capped at 100: more, slower clients become acceptable); if they
-    differ by at least ``jump_factor`` (5x) times it, the threshold falls by
-    ``delta`` (floored at ``delta``). Otherwise it stays.
+    Each record is one :func:`pacer_input`. After every ``step``-th record (from
+    record ``2 step`` on) it compares the sums over the last two windows: if they
+    differ by at most ``flat_tolerance`` (10%) of the previous one, the threshold
+    rises by ``delta`` (capped at 100); if they differ by at least ``jump_factor``
+    (5x) times it, the threshold falls by ``delta`` (floored at ``delta``).
+    Otherwise it stays.
     """
 
     step: int = 20
