@@ -459,3 +459,54 @@ def test_real_shared_cifar10(monkeypatch):
     cached = cifar10.load_cifar10_shared()
     print(f"\nCIFAR-10 shared: first load {first:.1f} s, cached {time.perf_counter() - t0:.2f} s")
     np.testing.assert_array_equal(cached.test_x, ds.test_x)
+
+
+# ---------------------------------------------------------------- damaged archives name their file
+
+def test_cifar_shared_truncated_or_corrupt_archive_names_its_file(cifar_dir):
+    from felix_jax.data.paths import DataFileError
+
+    root = cifar_dir[0]
+    target = root / cifar10.SHARED_RELPATH
+    raw = target.read_bytes()
+    target.write_bytes(raw[: len(raw) // 2])  # truncated: the zip directory at the end is gone
+    with pytest.raises(DataFileError) as err:
+        cifar10.load_cifar10_shared(cache=False)
+    assert err.value.path == str(target) and "cannot read it as the CIFAR-10 JPEG-bytes archive" in str(err.value)
+    # intact directory, damaged member: the CRC check fails only when the array is read
+    at = raw.index(b"\xff\xd8") + 40
+    target.write_bytes(raw[:at] + bytes(b ^ 0xFF for b in raw[at:at + 16]) + raw[at + 16:])
+    with pytest.raises(DataFileError, match="cifar10_jpeg_bytes.npz: cannot read it as"):
+        cifar10.load_cifar10_shared(cache=False)
+
+
+def test_cifar_shared_corrupt_cache_entry_warns_and_rebuilds(cifar_dir, tmp_path):
+    cifar10.load_cifar10_shared()
+    (entry,) = (tmp_path / "cache").glob("cifar10_jpeg-*.npz")
+    entry.write_bytes(entry.read_bytes()[:100])
+    with pytest.warns(RuntimeWarning, match=entry.name):
+        ds = cifar10.load_cifar10_shared()
+    assert ds.train_x.shape == (8, 32, 32, 3)
+
+
+def test_cifar_binary_truncated_archive_names_its_file(cifar_binary, tmp_path):
+    from felix_jax.data.paths import DataFileError
+
+    path = cifar_binary[0]
+    cut = tmp_path / "cut.tar.gz"
+    raw = path.read_bytes()
+    cut.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(DataFileError, match="cut.tar.gz: cannot read it as a readable tar archive"):
+        cifar10.load_cifar10_binary(cut)
+
+
+def test_speech_truncated_archive_names_its_file(tmp_path):
+    from felix_jax.data.paths import DataFileError
+
+    target = tmp_path / speech_commands.SHARED_RELPATH
+    target.parent.mkdir(parents=True)
+    np.savez(target, audio=np.zeros((2, 16000), np.int16), label12=np.zeros(2, np.int64))
+    raw = target.read_bytes()
+    target.write_bytes(raw[: len(raw) - 30])
+    with pytest.raises(DataFileError, match="cannot read it as the Speech Commands archive"):
+        speech_commands.load_speech_commands_shared(data_dir=tmp_path)

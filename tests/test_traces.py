@@ -424,3 +424,64 @@ def test_reference_trace_statistics(monkeypatch):
     assert ref.training_delay_s.min() == 2 and ref.training_delay_s.max() == 56
     assert np.median(ref.training_delay_s) == 10 and abs(ref.training_delay_s.mean() - 12.1) < 0.05
     assert ref.num_samples.sum() == 49326 and np.median(ref.num_samples) == 114
+
+
+# ------------------------------------------------------------ damaged files name themselves
+def _small_reference_npz(path: Path) -> Path:
+    """The reference file's layout for two clients (ids 1, 2) and one trace, syn_0."""
+    np.savez(path, client=np.array([1, 2]), training_delay_s=np.array([3.0, 4.0]), num_samples=np.array([10, 20]),
+             syn_0_client=np.array([1, 2]), syn_0_time_s=np.zeros(2), syn_0_state=np.full(2, TRAIN, np.int8))
+    return path
+
+
+def _truncated_copy(src: Path, dst: Path, keep: float = 0.6) -> Path:
+    raw = src.read_bytes()
+    dst.write_bytes(raw[: int(len(raw) * keep)])
+    return dst
+
+
+def test_truncated_reference_trace_names_its_file(tmp_path):
+    from felix_jax.traces import DataFileError
+
+    good = _small_reference_npz(tmp_path / "ref.npz")
+    assert load_reference_trace("syn_0", good).num_clients == 2
+    bad = _truncated_copy(good, tmp_path / "ref_truncated.npz")
+    for load in (lambda: load_reference_trace("syn_0", bad), lambda: load_reference_clients(bad)):
+        with pytest.raises(DataFileError, match="ref_truncated.npz: cannot read it as the reference trace archive"):
+            load()
+    with pytest.raises(DataFileError) as err:
+        load_reference_trace("syn_50", good)  # the archive lacks syn_50's arrays
+    assert err.value.path == str(good) and "syn_50_client" in str(err.value)
+
+
+def test_damaged_interval_and_fedscale_files_name_their_file(tmp_path):
+    from felix_jax.traces import DataFileError
+
+    trace = _small_trace()
+    save_interval_npz(trace, tmp_path / "t.npz")
+    bad_npz = _truncated_copy(tmp_path / "t.npz", tmp_path / "t_cut.npz")
+    with pytest.raises(DataFileError, match="t_cut.npz: cannot read it as an interval NPZ trace"):
+        load_interval_npz(bad_npz)
+    csv_path = tmp_path / "t.csv"
+    csv_path.write_text("client,time_s,state\n0,0.0,AVL_TRAIN\n0,1O.0,UN_AVL\n")  # letter O in a number
+    with pytest.raises(DataFileError, match="t.csv: cannot read it as an interval CSV trace"):
+        load_interval_csv(csv_path)
+    js = tmp_path / "behave.json"
+    js.write_text('{"1": {"active": [0.0], "inactive": [5.0], "finish_ti')  # cut mid-record
+    with pytest.raises(DataFileError, match="behave.json: cannot read it as a FedScale client_behave_trace"):
+        load_fedscale_trace(js)
+    pkl = tmp_path / "behave.pkl"
+    pkl.write_bytes(pickle.dumps({1: {"active": [0.0], "inactive": [5.0], "finish_time": 10.0}})[:-7])
+    with pytest.raises(DataFileError, match="behave.pkl"):
+        load_fedscale_trace(pkl)
+    with pytest.raises(FileNotFoundError, match="nowhere.csv"):
+        load_interval_csv(tmp_path / "nowhere.csv")
+
+
+def test_damaged_flash_json_names_its_file(tmp_path):
+    from felix_jax.traces import DataFileError, flash_profile
+
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "traces" / "flash_benchmark2score.json").write_text('{"phone a": 100, "phone b": 2')
+    with pytest.raises(DataFileError, match="flash_benchmark2score.json: cannot read it as FLASH's benchmark"):
+        flash_profile(3, path=tmp_path)

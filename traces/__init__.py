@@ -5,7 +5,7 @@ semantics), ``generators``, ``loaders`` and ``device_profile``.
 """
 
 from .availability import BEYOND_END_POLICIES, AvailabilityTrace, Tier
-from .data_paths import DATA_ENV_VAR, resolve_data_file
+from .data_paths import DATA_ENV_VAR, DataFileError, resolve_data_file
 from .device_profile import (
     DeviceProfile,
     fedscale_task_time_s,
@@ -31,6 +31,7 @@ __all__ = [
     "AvailabilityTrace",
     "BEYOND_END_POLICIES",
     "DATA_ENV_VAR",
+    "DataFileError",
     "DeviceProfile",
     "PlainDataUnpickler",
     "REFERENCE_TRACE_NAMES",

@@ -3,12 +3,25 @@
 The data folder is laid out like the project's shared ``data/`` directory, e.g.
 ``<folder>/traces/felix_reference_300clients.npz``. It is found from an explicit
 ``path`` argument, else from the environment variable ``FELIX_JAX_DATA``.
+
+A file that is there but cannot be read as what it should be (truncated, corrupt,
+missing arrays or fields) raises :class:`DataFileError` naming the file; every
+trace and data loader funnels its raw reads through :func:`reading`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import csv
 import os
+import pickle
+import tarfile
+import zipfile
+import zlib
 from pathlib import Path
+from typing import Iterator
+
+import numpy as np
 
 DATA_ENV_VAR = "FELIX_JAX_DATA"
 
@@ -42,3 +55,50 @@ def resolve_data_file(relative: str, path: str | os.PathLike | None = None) -> P
         f"cannot find {relative} under {origin} (looked for <folder>/{relative} and "
         f"<folder>/{rel.name}); set {DATA_ENV_VAR} or pass path= pointing at the data folder"
     )
+
+
+class DataFileError(ValueError):
+    """A data or trace file exists but is not what it should be; the message names the file.
+
+    ``path`` is the file, ``problem`` what is wrong with it (including what was expected).
+    """
+
+    def __init__(self, path: str | os.PathLike, problem: str):
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")
+
+
+# What reading a damaged file raises: zip and gzip damage, numpy's format checks,
+# missing archive members or fields (KeyError), JSON/CSV/pickle syntax, short reads,
+# and a structure of the wrong kind (TypeError: a number where a record should be).
+READ_ERRORS = (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile, zlib.error,
+               tarfile.TarError, pickle.UnpicklingError, csv.Error)
+
+
+@contextlib.contextmanager
+def reading(path: str | os.PathLike, expected: str) -> Iterator[None]:
+    """Turns a raw read error inside the block into one :class:`DataFileError` naming ``path``.
+
+    ``expected`` says what the file should be (``"a numpy .npz archive with arrays
+    x, y"``). A missing file stays a ``FileNotFoundError`` (its message names the
+    path); a :class:`DataFileError` raised inside passes through unchanged.
+    """
+    try:
+        yield
+    except (DataFileError, FileNotFoundError):
+        raise
+    except READ_ERRORS as e:
+        detail = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        raise DataFileError(path, f"cannot read it as {expected} ({detail})") from e
+
+
+def open_npz(path: str | os.PathLike):
+    """``np.load(path, allow_pickle=False)`` that must give an ``.npz`` archive (use inside :func:`reading`)."""
+    with open(path, "rb") as f:
+        magic = f.read(6)
+    if magic.startswith(b"\x93NUMPY"):
+        raise ValueError("a single .npy array, not an .npz archive")
+    if not magic.startswith(b"PK"):  # otherwise numpy guesses "pickled data", which misleads
+        raise ValueError("the file does not start like an .npz (zip) archive")
+    return np.load(path, allow_pickle=False)

@@ -26,7 +26,7 @@ import os
 
 import numpy as np
 
-from .data_paths import resolve_data_file
+from .data_paths import DataFileError, reading, resolve_data_file
 from .loaders import load_reference_clients
 
 FLASH_SCORES_FILE = "traces/flash_benchmark2score.json"
@@ -226,15 +226,26 @@ def reference_profile(path: str | os.PathLike | None = None) -> DeviceProfile:
     )
 
 
+def _read_json(file, expected: str, kind: type, parse):
+    """``parse(json.load(file))``; any damage or wrong structure raises DataFileError naming ``file``."""
+    with reading(file, expected):
+        with open(file) as f:
+            data = json.load(f)
+        if not isinstance(data, kind):
+            raise DataFileError(file, f"expected {expected}, found a JSON {type(data).__name__}")
+        return parse(data)
+
+
 def _flash_scores(path) -> np.ndarray:
     try:
-        with open(resolve_data_file(FLASH_SCORES_FILE, path)) as f:
-            return np.array(list(json.load(f).values()), dtype=np.float64)
+        file = resolve_data_file(FLASH_SCORES_FILE, path)
     except FileNotFoundError:
         # The raw list's AI_Score reads like " 76206 1,6": the first token is the score.
-        with open(resolve_data_file(FLASH_RAW_SCORES_FILE, path)) as f:
-            raw = json.load(f)
-        return np.array([float(r["AI_Score"].split()[0]) for r in raw], dtype=np.float64)
+        return _read_json(resolve_data_file(FLASH_RAW_SCORES_FILE, path),
+                          'FLASH\'s AI-Benchmark list (a JSON list of {"AI_Score": "<score> ..."})', list,
+                          lambda raw: np.array([float(r["AI_Score"].split()[0]) for r in raw], dtype=np.float64))
+    return _read_json(file, "FLASH's benchmark scores (a JSON object phone model -> score)", dict,
+                      lambda scores: np.array(list(scores.values()), dtype=np.float64))
 
 
 def _positive_normal(rng, mean: np.ndarray, sigma: np.ndarray) -> np.ndarray:
@@ -278,12 +289,13 @@ def flash_profile(
     rng = np.random.default_rng(seed)
     scores = _flash_scores(path)
     speed = scores[rng.integers(0, scores.size, size=num_clients)] / np.median(scores)
-    with open(resolve_data_file(FLASH_SPEED_FILE, path)) as f:
-        users = list(json.load(f).values())
-    table = np.array(
-        [[u["down_u"], u["down_sigma"], u["up_u"], u["up_sigma"]] for u in users], dtype=np.float64
+    table = _read_json(
+        resolve_data_file(FLASH_SPEED_FILE, path),
+        "FLASH's bandwidth table (a JSON object user -> down_u, down_sigma, up_u, up_sigma)", dict,
+        lambda users: np.array([[u["down_u"], u["down_sigma"], u["up_u"], u["up_sigma"]] for u in users.values()],
+                               dtype=np.float64),
     )
-    pick = table[rng.integers(0, len(users), size=num_clients)]
+    pick = table[rng.integers(0, len(table), size=num_clients)]
     down = _positive_normal(rng, pick[:, 0], pick[:, 1]) * _KBYTES_TO_KBITS
     up = _positive_normal(rng, pick[:, 2], pick[:, 3]) * _KBYTES_TO_KBITS
     return DeviceProfile(

@@ -27,6 +27,10 @@ to ``hold``. The NPZ form holds the same columns as arrays ``client`` (int64),
 ``time_s`` (float64), ``state`` (int8), plus ``duration_s``, ``beyond_end`` and,
 optionally, ``client_duration_s`` (per-client periods, aligned with the sorted ids);
 it loads with ``allow_pickle=False``.
+
+Every loader raises :class:`~.data_paths.DataFileError` (a ``ValueError``) naming
+the file when it is truncated, corrupt or lacks what the format needs, and
+``FileNotFoundError`` when it is not there.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .availability import AvailabilityTrace, BeyondEnd, Tier
-from .data_paths import resolve_data_file
+from .data_paths import DataFileError, open_npz, reading, resolve_data_file
 from .safe_pickle import restricted_pickle_load
 
 REFERENCE_TRACE_FILE = "traces/felix_reference_300clients.npz"
@@ -104,7 +108,8 @@ def load_reference_trace(
     if name not in REFERENCE_TRACE_NAMES:
         raise ValueError(f"unknown reference trace {name!r}; choose from {REFERENCE_TRACE_NAMES}")
     file = resolve_data_file(REFERENCE_TRACE_FILE, path)
-    with np.load(file, allow_pickle=False) as z:
+    expected = f"the reference trace archive (npz arrays {name}_client, {name}_time_s, {name}_state, client)"
+    with reading(file, expected), open_npz(file) as z:
         return _trace_from_id_rows(
             z[f"{name}_client"],
             z[f"{name}_time_s"],
@@ -125,7 +130,8 @@ class ReferenceClients(NamedTuple):
 def load_reference_clients(path: str | os.PathLike | None = None) -> ReferenceClients:
     """``training_delay_s`` and ``num_samples`` of the reference file's 300 clients."""
     file = resolve_data_file(REFERENCE_TRACE_FILE, path)
-    with np.load(file, allow_pickle=False) as z:
+    expected = "the reference trace archive (npz arrays client, training_delay_s, num_samples)"
+    with reading(file, expected), open_npz(file) as z:
         return ReferenceClients(
             client_ids=z["client"].astype(np.int64),
             training_delay_s=z["training_delay_s"].astype(np.float64),
@@ -149,35 +155,43 @@ def load_fedscale_trace(path: str | os.PathLike) -> AvailabilityTrace:
     the same structure (string keys) is also accepted.
     """
     path = Path(path)
-    if path.suffix.lower() == ".json":
-        with open(path) as f:
-            data = json.load(f)
-    else:
-        data = restricted_pickle_load(path)
+    expected = f"a FedScale client_behave_trace ({'JSON' if path.suffix.lower() == '.json' else 'pickle'})"
+    with reading(path, expected):
+        if path.suffix.lower() == ".json":
+            with open(path) as f:
+                data = json.load(f)
+        else:
+            data = restricted_pickle_load(path)
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a dict of client_id -> trace, got {type(data).__name__}")
+        raise DataFileError(path, f"expected a dict of client_id -> trace, got {type(data).__name__}")
     try:
         ids = np.array([int(k) for k in data], dtype=np.int64)
     except (TypeError, ValueError):
-        raise ValueError(f"{path}: client ids must be integers") from None
+        raise DataFileError(path, "client ids must be integers") from None
     starts, ends, periods, lengths = [], [], [], []
     for key, rec in data.items():  # parsing: one pass over the file's records
         if not isinstance(rec, dict) or not {"active", "inactive", "finish_time"} <= rec.keys():
-            raise ValueError(f"{path}: client {key!r} lacks active/inactive/finish_time")
+            raise DataFileError(path, f"client {key!r} lacks active/inactive/finish_time")
         a, i = rec["active"], rec["inactive"]
+        if not isinstance(a, (list, tuple)) or not isinstance(i, (list, tuple)):
+            raise DataFileError(path, f"client {key!r}: active and inactive must be lists of times")
         if len(a) != len(i):
-            raise ValueError(f"{path}: client {key!r} has {len(a)} active but {len(i)} inactive times")
+            raise DataFileError(path, f"client {key!r} has {len(a)} active but {len(i)} inactive times")
         starts.append(a)
         ends.append(i)
-        periods.append(float(rec["finish_time"]))
+        try:
+            periods.append(float(rec["finish_time"]))
+        except (TypeError, ValueError):
+            raise DataFileError(path, f"client {key!r}: finish_time {rec['finish_time']!r} is not a number") from None
         lengths.append(len(a))
     n = ids.size
     period = np.asarray(periods, dtype=np.float64)
     if np.any(~np.isfinite(period)) or np.any(period <= 0):
-        raise ValueError(f"{path}: finish_time must be positive for every client")
+        raise DataFileError(path, "finish_time must be positive for every client")
     cid = np.repeat(np.arange(n, dtype=np.int64), lengths)
-    a = np.asarray([x for s in starts for x in s], dtype=np.float64)
-    i = np.asarray([x for s in ends for x in s], dtype=np.float64)
+    with reading(path, f"{expected} with numeric active/inactive times"):
+        a = np.asarray([x for s in starts for x in s], dtype=np.float64)
+        i = np.asarray([x for s in ends for x in s], dtype=np.float64)
     ok = a <= i  # an interval with active > inactive is never online
     cid, a, i = cid[ok], np.maximum(a[ok], 0.0), i[ok]
     # Interval union by event counting: +1 at start, -1 just after the closed end.
@@ -240,6 +254,11 @@ def load_interval_csv(
     beyond_end: BeyondEnd | None = None,
 ) -> AvailabilityTrace:
     """Read the CSV interval format; arguments override the file's ``#`` metadata."""
+    with reading(path, f"an interval CSV trace (header {','.join(_CSV_COLUMNS)}, one row per state change)"):
+        return _read_interval_csv(path, duration_s, beyond_end)
+
+
+def _read_interval_csv(path, duration_s: float | None, beyond_end: BeyondEnd | None) -> AvailabilityTrace:
     meta: dict[str, str] = {}
     with open(path, newline="") as f:
         lines = []
@@ -253,15 +272,15 @@ def load_interval_csv(
                 lines.append(line)
     rows = list(csv.reader(lines))
     if not rows:
-        raise ValueError(f"{path}: no header line {','.join(_CSV_COLUMNS)}")
+        raise DataFileError(path, f"no header line {','.join(_CSV_COLUMNS)}")
     header = [h.strip() for h in rows[0]]
     missing = [c for c in _CSV_COLUMNS if c not in header]
     if missing:
-        raise ValueError(f"{path}: header {header} lacks columns {missing}")
+        raise DataFileError(path, f"header {header} lacks columns {missing}")
     cols = [header.index(c) for c in _CSV_COLUMNS]
     body = rows[1:]
     if any(len(r) != len(header) for r in body):
-        raise ValueError(f"{path}: ragged rows (every row needs {len(header)} fields)")
+        raise DataFileError(path, f"ragged rows (every row needs {len(header)} fields)")
     ids = np.array([int(r[cols[0]]) for r in body], dtype=np.int64)
     times = np.array([float(r[cols[1]]) for r in body], dtype=np.float64)
     states = _parse_states(r[cols[2]] for r in body)
@@ -301,11 +320,17 @@ def load_interval_npz(
     array ``clients`` (or ``client`` when it is not a row column, as in the
     reference file) if present, else the distinct row ids.
     """
-    with np.load(path, allow_pickle=False) as z:
+    need = [f"{prefix}{c}" for c in _CSV_COLUMNS]
+    with reading(path, f"an interval NPZ trace (arrays {', '.join(need)})"):
+        return _read_interval_npz(path, need, prefix, duration_s, beyond_end)
+
+
+def _read_interval_npz(path, need: list[str], prefix: str, duration_s: float | None,
+                       beyond_end: BeyondEnd | None) -> AvailabilityTrace:
+    with open_npz(path) as z:
         keys = set(z.files)
-        need = [f"{prefix}{c}" for c in _CSV_COLUMNS]
         if not set(need) <= keys:
-            raise ValueError(f"{path}: missing arrays {sorted(set(need) - keys)}")
+            raise DataFileError(path, f"missing arrays {sorted(set(need) - keys)}")
         ids, times, states = (z[k] for k in need)
         if states.dtype.kind in "US":
             states = _parse_states(states.tolist())

@@ -15,18 +15,28 @@ import os
 import pickle
 from typing import Any, BinaryIO
 
+from .data_paths import DataFileError
+
+
+class UnsafePickleError(pickle.UnpicklingError):
+    """The pickle names a global (class, function) or a persistent id: refused, nothing run."""
+
+
+class UnsafePickleFileError(DataFileError, UnsafePickleError):
+    """An :class:`UnsafePickleError` in a file; the message names the file."""
+
 
 class PlainDataUnpickler(pickle.Unpickler):
     """Unpickler that refuses every global (class, function) reference."""
 
     def find_class(self, module: str, name: str):  # noqa: D401 (pickle API)
-        raise pickle.UnpicklingError(
+        raise UnsafePickleError(
             f"refusing to load global {module}.{name}: only plain data (dict, list, "
             f"str, numbers) may be unpickled from an untrusted file"
         )
 
     def persistent_load(self, pid):
-        raise pickle.UnpicklingError("refusing persistent ids in an untrusted pickle")
+        raise UnsafePickleError("refusing persistent ids in an untrusted pickle")
 
 
 def restricted_pickle_load(source: str | os.PathLike | bytes | BinaryIO) -> Any:
@@ -36,4 +46,7 @@ def restricted_pickle_load(source: str | os.PathLike | bytes | BinaryIO) -> Any:
     if hasattr(source, "read"):
         return PlainDataUnpickler(source).load()
     with open(source, "rb") as f:
-        return PlainDataUnpickler(f).load()
+        try:
+            return PlainDataUnpickler(f).load()
+        except UnsafePickleError as e:
+            raise UnsafePickleFileError(source, str(e)) from None

@@ -15,13 +15,13 @@ import hashlib
 import json
 import os
 import tempfile
-import zipfile
+import warnings
 from pathlib import Path
 from typing import Callable, Mapping
 
 import numpy as np
 
-from .paths import resolve_cache_dir
+from .paths import READ_ERRORS, resolve_cache_dir
 
 
 def source_fingerprint(path: str | os.PathLike) -> dict:
@@ -49,7 +49,7 @@ def cached_arrays(
     """Return ``build()``'s arrays, reading them from the cache when present.
 
     With ``enabled=False`` the cache is neither read nor written.
-    A corrupt entry is rebuilt (and overwritten).
+    A corrupt entry is rebuilt (and overwritten), with a warning naming it.
     """
     if not enabled:
         return dict(build())
@@ -58,8 +58,9 @@ def cached_arrays(
         try:
             with np.load(path, allow_pickle=False) as z:
                 return {k: z[k] for k in z.files}
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile):
-            pass  # corrupt or truncated entry: rebuild below
+        except READ_ERRORS as e:  # corrupt or truncated entry: the source is still there, so rebuild it
+            warnings.warn(f"{path}: unreadable cache entry ({type(e).__name__}: {e}); rebuilding it",
+                          RuntimeWarning, stacklevel=2)
     arrays = dict(build())
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:

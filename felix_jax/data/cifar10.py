@@ -16,14 +16,13 @@ import sys
 import tarfile
 import tempfile
 import warnings
-import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from .cache import cached_arrays, source_fingerprint
 from .dataset import ArrayDataset
-from .paths import data_file
+from .paths import DataFileError, data_file, open_npz, reading
 
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
@@ -155,23 +154,22 @@ def decode_jpeg_array(
 
 
 def _read_jpeg_npz(path: Path, num_workers: int | None) -> dict[str, np.ndarray]:
-    try:
-        z = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
-        raise ValueError(f"{path}: cannot read as a numpy .npz archive: {e}") from e
-    with z:
-        if not hasattr(z, "files"):
-            raise ValueError(f"{path}: expected an .npz archive, found a single array")
+    with reading(path, "the CIFAR-10 JPEG-bytes archive (npz arrays data, offsets, split, label)"), \
+            open_npz(path) as z:
         missing = {"data", "offsets", "split", "label"} - set(z.files)
         if missing:
-            raise ValueError(f"{path}: not a CIFAR-10 JPEG-bytes archive (missing keys {sorted(missing)})")
+            raise DataFileError(path, f"not a CIFAR-10 JPEG-bytes archive (missing keys {sorted(missing)})")
         data, offsets = z["data"], z["offsets"].astype(np.int64)
         split, label = z["split"], z["label"].astype(np.int32)
         classes = z["classes"] if "classes" in z.files else np.array(CIFAR10_CLASSES)
     n = len(split)
     if offsets.shape != (n + 1,) or label.shape != (n,) or offsets[-1] > len(data) or np.any(np.diff(offsets) < 0):
-        raise ValueError(f"{path}: inconsistent archive (offsets {offsets.shape}, split {split.shape}, label {label.shape})")
-    images = decode_jpeg_array(data, offsets, num_workers, source=path)
+        raise DataFileError(path, f"inconsistent archive (offsets {offsets.shape}, split {split.shape}, "
+                                  f"label {label.shape})")
+    try:
+        images = decode_jpeg_array(data, offsets, num_workers, source=path)
+    except ValueError as e:
+        raise DataFileError(path, str(e)) from e
     train, test = split == 0, split == 1
     return {
         "train_x": images[train], "train_y": label[train],
@@ -255,14 +253,11 @@ def _read_binary_members(path: Path) -> dict[str, bytes]:
             if hits:
                 found[name] = hits[0].read_bytes()
         return found
-    try:
-        with tarfile.open(path, "r:*") as tar:
-            for member in tar:
-                base = os.path.basename(member.name)
-                if member.isfile() and base in wanted and base not in found:
-                    found[base] = tar.extractfile(member).read()
-    except (tarfile.TarError, EOFError, OSError) as e:
-        raise ValueError(f"{path}: not a readable tar archive: {e}") from e
+    with reading(path, "a readable tar archive of the CIFAR-10 binary batches"), tarfile.open(path, "r:*") as tar:
+        for member in tar:
+            base = os.path.basename(member.name)
+            if member.isfile() and base in wanted and base not in found:
+                found[base] = tar.extractfile(member).read()
     return found
 
 
@@ -288,9 +283,12 @@ def load_cifar10_binary(path: str | os.PathLike | None = None) -> ArrayDataset:
     members = _read_binary_members(path)
     missing = [m for m in (*_TRAIN_BATCHES, _TEST_BATCH) if m not in members]
     if missing:
-        raise ValueError(f"{path}: not a CIFAR-10 binary archive, missing {missing}")
-    train = [parse_cifar10_records(members[m], m) for m in _TRAIN_BATCHES]
-    test_x, test_y = parse_cifar10_records(members[_TEST_BATCH], _TEST_BATCH)
+        raise DataFileError(path, f"not a CIFAR-10 binary archive, missing {missing}")
+    try:
+        train = [parse_cifar10_records(members[m], m) for m in _TRAIN_BATCHES]
+        test_x, test_y = parse_cifar10_records(members[_TEST_BATCH], _TEST_BATCH)
+    except ValueError as e:
+        raise DataFileError(path, str(e)) from e
     classes = CIFAR10_CLASSES
     meta = members.get("batches.meta.txt", b"").decode("utf-8", "replace").split()
     if len(meta) == 10:

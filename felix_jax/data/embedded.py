@@ -13,6 +13,7 @@ import os
 import numpy as np
 
 from .dataset import ArrayDataset
+from .paths import reading
 
 
 def load_digits_embedded(num_test: int = 360, seed: int = 0) -> ArrayDataset:
@@ -73,7 +74,8 @@ def _digits_raw() -> tuple[np.ndarray, np.ndarray]:
     for root in (spec.submodule_search_locations or []) if spec else []:
         path = os.path.join(root, "datasets", "data", "digits.csv.gz")
         if os.path.isfile(path):
-            table = np.loadtxt(path, delimiter=",")
+            with reading(path, "scikit-learn's bundled digits table (gzipped CSV)"):
+                table = np.loadtxt(path, delimiter=",")
             if table.shape == (1797, 65):
                 return table[:, :64].reshape(-1, 8, 8), table[:, 64].astype(np.int32)
     from sklearn.datasets import load_digits

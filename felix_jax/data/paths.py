@@ -18,6 +18,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+# One error type for every unreadable data or trace file (a ValueError naming the file).
+from ..traces.data_paths import READ_ERRORS, DataFileError, open_npz, reading  # noqa: F401 (re-exported)
+
 DATA_ENV = "FELIX_JAX_DATA"
 CACHE_ENV = "FELIX_JAX_CACHE"
 

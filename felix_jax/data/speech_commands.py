@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import os
 import re
-import zipfile
 
 import numpy as np
 
 from .cache import cached_arrays, source_fingerprint
 from .dataset import ArrayDataset
 from .features import log_mel_in_chunks
-from .paths import data_file
+from .paths import DataFileError, data_file, open_npz, reading
 
 SHARED_RELPATH = "speech_commands/speech_commands_v0.02_test.npz"
 SAMPLE_RATE = 16000
@@ -44,32 +43,36 @@ def speaker_of(filename: str) -> str | None:
     return m.group(1) if m else None
 
 
+_EXPECTED = "the Speech Commands archive (npz arrays audio, label12, classes12, word, words, filenames)"
+
+
 def _open_npz(path):
     """Open and check the archive; returns the lazy NpzFile (audio not yet read)."""
-    try:
-        z = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
-        raise ValueError(f"{path}: cannot read as a numpy .npz archive: {e}") from e
+    with reading(path, _EXPECTED):
+        z = open_npz(path)
     need = {"audio", "label12", "classes12", "word", "words", "filenames"}
-    missing = need - set(getattr(z, "files", ()))
+    missing = need - set(z.files)
     if missing:
-        raise ValueError(f"{path}: not a Speech Commands archive (missing keys {sorted(missing)})")
+        z.close()
+        raise DataFileError(path, f"not a Speech Commands archive (missing keys {sorted(missing)})")
     return z
 
 
 def _read_meta(z, path) -> dict[str, np.ndarray]:
-    meta = {k: z[k] for k in ("label12", "classes12", "word", "words", "filenames")}
+    with reading(path, _EXPECTED):
+        meta = {k: z[k] for k in ("label12", "classes12", "word", "words", "filenames")}
     n = meta["label12"].shape[0]
     if any(meta[k].shape != (n,) for k in ("word", "filenames")):
-        raise ValueError(f"{path}: inconsistent shapes (label12 {meta['label12'].shape}, "
-                         f"word {meta['word'].shape}, filenames {meta['filenames'].shape})")
+        raise DataFileError(path, f"inconsistent shapes (label12 {meta['label12'].shape}, "
+                                  f"word {meta['word'].shape}, filenames {meta['filenames'].shape})")
     return meta
 
 
 def _read_audio(z, path, n) -> np.ndarray:
-    audio = z["audio"]
+    with reading(path, _EXPECTED):
+        audio = z["audio"]
     if audio.ndim != 2 or audio.shape[0] != n:
-        raise ValueError(f"{path}: audio has shape {audio.shape}, expected ({n}, samples)")
+        raise DataFileError(path, f"audio has shape {audio.shape}, expected ({n}, samples)")
     return audio
 
 
@@ -161,7 +164,7 @@ def load_speech_commands_shared(
                 enabled=cache,
             )["x"]
             if x.shape[0] != n:
-                raise ValueError(f"{path}: cached features have {x.shape[0]} rows, expected {n}")
+                raise DataFileError(path, f"cached features have {x.shape[0]} rows, expected {n}")
         else:
             x = _read_audio(z, path, n).astype(np.int16)
 
@@ -178,7 +181,7 @@ def load_speech_commands_shared(
     else:
         words = [str(w) for w in raw["words"]]
         if words[0] != "_silence_":
-            raise ValueError(f"{path}: expected words[0] == '_silence_', got {words[0]!r}")
+            raise DataFileError(path, f"expected words[0] == '_silence_', got {words[0]!r}")
         keep = raw["word"] != 0
         y = raw["word"].astype(np.int32) - 1
         class_names = tuple(words[1:])
