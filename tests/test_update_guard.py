@@ -125,11 +125,13 @@ def test_config_validation_names_the_field(field, value):
 
 # ------------------------------------------------------------------ the device check
 def test_update_health_by_hand():
-    deltas = {"a": jnp.array([[3.0, 0.0], [jnp.nan, 1.0], [0.0, 0.0]]),
-              "b": jnp.array([[[4.0]], [[0.0]], [[jnp.inf]]])}
-    finite, norms = jax.device_get(update_health(deltas))
-    assert finite.tolist() == [True, False, False]
-    assert norms[0] == 5.0 and math.isnan(norms[1]) and math.isinf(norms[2])
+    deltas = {"a": jnp.array([[3.0, 0.0], [jnp.nan, 1.0], [0.0, 0.0], [1e30, 0.0]]),
+              "b": jnp.array([[[4.0]], [[0.0]], [[jnp.inf]], [[0.0]]])}
+    finite, norms = update_health(deltas)
+    assert finite.tolist() == [True, False, False, True]  # 1e30 is finite; its square overflows
+    assert norms[0] == 5.0 and math.isnan(norms[1]) and math.isinf(norms[2]) and math.isinf(norms[3])
+    v = judge_updates(finite, norms, [], UpdateGuardConfig(max_norm_ratio=None))
+    assert v.accepted.tolist() == [True, False, False, False] and v.over_norm.tolist() == [False, False, False, True]
 
 
 def test_rejected_rows_become_zeros_and_shapes_do_not_retrace():

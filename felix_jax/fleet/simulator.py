@@ -22,6 +22,7 @@ from ..cohort import CohortEngine, VersionStore, evaluate, statistical_utility
 from ..data.federated import HeldOutSet
 from ..models.base import Model, Params
 from ..policies.aggregators.base import Aggregator, BufferInfo
+from ..policies.aggregators.deltas import update_norms
 from ..policies.selectors.base import SelectionContext, Selector
 from ..traces import AvailabilityTrace, DeviceProfile, Tier
 from .accounting import Accounting
@@ -308,7 +309,7 @@ class FleetSimulator:
         """
         outcomes = [u.outcome for u in updates]
         deltas = self.executor.take_deltas(outcomes)
-        finite, raw_norms = jax.device_get(update_health(deltas))
+        finite, raw_norms = update_health(deltas)
         verdict = self._judge(finite, raw_norms)
         keep = verdict.accepted
         limit = self.update_guard.max_empty_buffers
@@ -322,7 +323,7 @@ class FleetSimulator:
         norms = raw_norms
         if self.aggregator.transform_deltas is not None:
             deltas = self.aggregator.transform_deltas(deltas)
-            norms = jax.device_get(update_health(deltas)[1])
+            norms = update_norms(deltas)
         info = BufferInfo(
             staleness=np.array([u.staleness for u in updates], np.int64),
             num_samples=np.array([self.view.num_samples[u.task.client] for u in updates], np.float64),

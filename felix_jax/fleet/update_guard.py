@@ -2,14 +2,16 @@
 
 One client that sends NaN, Inf or a wildly scaled update must not poison the
 global model, and must not pass silently either. Before any aggregator sees a
-buffer, the server checks every update in one jitted device call
-(:func:`update_health`: per-update finiteness and global L2 norm) and decides on
-the host (:func:`judge_updates`, a pure function) which ones to drop, by reason:
+buffer, the server measures every update (:func:`update_health`: per-update
+finiteness and global L2 norm; one jitted call, the norms the aggregators need
+anyway, unless a norm is not finite) and decides on the host
+(:func:`judge_updates`, a pure function) which ones to drop, by reason:
 
 * ``nonfinite``: the update holds a NaN or an Inf;
 * ``norm``: its L2 norm exceeds ``max_norm`` (absolute), or ``max_norm_ratio``
   times the median norm of recently accepted updates (this buffer's finite
-  updates included, so one outlier among K cannot hide behind itself).
+  updates included, so one outlier among K cannot hide behind itself), or
+  overflows float32 (entries beyond about 1e19).
 
 The norms of accepted updates feed the next buffer's median
 (:func:`remember_norms`). :func:`tree_all_finite` checks the global model after
@@ -28,6 +30,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from ..policies.aggregators.deltas import update_norms
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,16 +82,25 @@ class Verdict(NamedTuple):
 
 
 @jax.jit
-def update_health(deltas) -> tuple[jax.Array, jax.Array]:
-    """Per-update finiteness and global L2 norm of K stacked updates (leaves (K, ...)), one call.
-
-    Returns ``(finite, norms)``: (K,) bool and (K,) float. A NaN/Inf update's
-    norm is NaN/Inf; a finite update's norm may overflow to Inf only when its
-    squared entries do, which ``finite`` tells apart.
-    """
+def rows_finite(deltas) -> jax.Array:
+    """(K,) bool: every entry of update i is finite."""
     leaves = [d.reshape(d.shape[0], -1) for d in jax.tree_util.tree_leaves(deltas)]
-    finite = jnp.stack([jnp.all(jnp.isfinite(d), axis=1) for d in leaves]).all(axis=0)
-    norms = jnp.sqrt(sum(jnp.sum(d ** 2, axis=1) for d in leaves))
+    return jnp.stack([jnp.all(jnp.isfinite(d), axis=1) for d in leaves]).all(axis=0)
+
+
+def update_health(deltas) -> tuple[np.ndarray, np.ndarray]:
+    """Per-update finiteness and global L2 norm of K stacked updates (leaves (K, ...)), on the host.
+
+    Returns ``(finite, norms)``: (K,) bool and (K,) float32. The norms are
+    :func:`~felix_jax.policies.aggregators.deltas.update_norms`, one jitted call;
+    every entry is finite exactly when the norm is, except when the squares of
+    finite entries overflow, so only a buffer with a non-finite norm pays a
+    second call (:func:`rows_finite`) to tell the two apart.
+    """
+    norms = np.asarray(update_norms(deltas))
+    finite = np.isfinite(norms)
+    if not finite.all():
+        finite = np.asarray(rows_finite(deltas))
     return finite, norms
 
 
@@ -126,9 +139,9 @@ def judge_updates(finite, norms, recent, config: UpdateGuardConfig) -> Verdict:
         none = np.zeros(k, bool)
         return Verdict(np.ones(k, bool), none, none.copy(), None)
     nonfinite = ~finite
-    over = np.zeros(k, bool)
+    over = finite & ~np.isfinite(norms)  # finite entries whose squares overflow: out of any bound
     if config.max_norm is not None:
-        over |= finite & ~(norms <= config.max_norm)  # an overflowed (Inf) norm is out of bounds too
+        over |= finite & ~(norms <= config.max_norm)
     reference = None
     if config.max_norm_ratio is not None:
         pool = np.concatenate([np.asarray(recent, np.float64), norms[finite & np.isfinite(norms)]])
