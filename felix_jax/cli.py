@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from .traces import DataFileError
+
 
 def _parse_sets(items: list[str]) -> dict[str, str]:
     out = {}
@@ -21,6 +23,7 @@ def _parse_sets(items: list[str]) -> dict[str, str]:
 def _print_listing() -> None:
     from .experiment import PRESETS, STRATEGIES
     from .experiment.registry import AVAILABILITY, DEVICE_PROFILES, MODELS
+    from .policies import AGGREGATOR_OPTIONS, SELECTOR_OPTIONS
 
     print("presets:")
     for name, sc in PRESETS.items():
@@ -32,6 +35,14 @@ def _print_listing() -> None:
     print("availability regimes:", ", ".join(AVAILABILITY), "(and ref:NAME for a shared reference trace)")
     print("device profiles:", ", ".join(DEVICE_PROFILES))
     print("models:", ", ".join(MODELS))
+    print("policy options (--set selector.KEY=V, eval_selector.KEY=V, aggregator.KEY=V; a strategy's own defaults "
+          "are in its description and in config.json):")
+    for kind, specs in (("selector", SELECTOR_OPTIONS), ("aggregator", AGGREGATOR_OPTIONS)):
+        for name, spec in specs.items():
+            lines = spec.describe()
+            print(f"  {kind} {name}:" + (" no options" if not lines else ""))
+            for line in lines:
+                print(f"      {line}")
 
 
 def _summary_table(summary: dict) -> str:
@@ -68,11 +79,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.list:
         _print_listing()
         return 0
-    scenario = Scenario.from_file(args.config) if args.config else get_preset(args.preset)
     try:
+        scenario = Scenario.from_file(args.config) if args.config else get_preset(args.preset)
         scenario = scenario.with_overrides(_parse_sets(args.set or []))
     except (KeyError, ValueError) as e:
-        raise SystemExit(f"felix-jax run: {e}")
+        raise SystemExit(f"felix-jax run: {e.args[0] if e.args else e}")
     out = Path(args.out) if args.out else Path("results") / (
         f"{scenario.name}-{scenario.strategy}-{scenario.availability}-seed{scenario.seed}")
     enable_compilation_cache()
@@ -80,32 +91,39 @@ def _run(args: argparse.Namespace) -> int:
           f"| {scenario.num_clients} clients | results -> {out}", flush=True)
     try:
         result = run(scenario, out, progress=not args.quiet)
-    except (FileNotFoundError, KeyError) as e:
+    except (FileNotFoundError, KeyError, DataFileError) as e:
         raise SystemExit(f"felix-jax run: {e.args[0] if e.args else e}")
     print(_summary_table(result.summary))
     print(f"results written to {out}/ (config.json, metrics.csv, summary.json, accuracy.png)")
+    if result.summary["stop_reason"].startswith("diverged"):
+        raise SystemExit(f"felix-jax run: {result.summary['stop_reason']}")
     return 0
 
 
 def _compare(args: argparse.Namespace) -> int:
     from .compile_cache import enable_compilation_cache
-    from .experiment import get_preset, get_strategy
+    from .experiment import get_preset
     from .experiment.compare import comparison_table, plot_comparison, run_matrix
     from .experiment.registry import make_trace
 
-    base = get_preset(args.scenario)
     try:
-        base = base.with_overrides(_parse_sets(args.set or []))
+        base = get_preset(args.scenario).with_overrides(_parse_sets(args.set or []))
     except (KeyError, ValueError) as e:
-        raise SystemExit(f"felix-jax compare: {e}")
+        raise SystemExit(f"felix-jax compare: {e.args[0] if e.args else e}")
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     regimes = [r.strip() for r in args.availability.split(",") if r.strip()]
-    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    try:
+        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    except ValueError:
+        raise SystemExit(f"felix-jax compare: --seeds expects comma-separated integers, got {args.seeds!r}")
+    if not (strategies and regimes and seeds):
+        raise SystemExit("felix-jax compare: --strategies, --availability and --seeds need at least one entry each")
     for name in strategies:  # fail before hours of work, not in the middle
         try:
-            get_strategy(name)
-        except KeyError as e:
-            raise SystemExit(f"felix-jax compare: {e.args[0]}")
+            for seed in seeds:
+                base.with_overrides({"strategy": name, "seed": seed})
+        except (KeyError, ValueError) as e:
+            raise SystemExit(f"felix-jax compare: {e.args[0] if e.args else e}")
     for rg in regimes:
         try:
             make_trace(rg, 1, 0)
@@ -115,7 +133,7 @@ def _compare(args: argparse.Namespace) -> int:
     enable_compilation_cache()
     try:
         rows = run_matrix(base, strategies, regimes, seeds, out, progress=not args.quiet)
-    except (FileNotFoundError, KeyError) as e:
+    except (FileNotFoundError, KeyError, DataFileError) as e:
         raise SystemExit(f"felix-jax compare: {e.args[0] if e.args else e}")
     reference = "felix" if "felix" in strategies else strategies[0]
     table = comparison_table(rows, strategies, regimes, reference)

@@ -7,6 +7,7 @@ import pytest
 from felix_jax.cli import main
 from felix_jax.experiment import Scenario, get_preset
 from felix_jax.experiment.runner import run
+from felix_jax.options import OptionError
 
 TINY = get_preset("tiny")
 
@@ -62,7 +63,7 @@ def test_scenario_overrides_parse_by_type_and_reject_unknown_fields():
     sc = Scenario().with_overrides({"num_clients": "7", "alpha": "0.1", "augment": "true",
                                     "target_accuracy": "none", "strategy": "fedavg"})
     assert (sc.num_clients, sc.alpha, sc.augment, sc.target_accuracy, sc.strategy) == (7, 0.1, True, None, "fedavg")
-    with pytest.raises(KeyError, match="unknown scenario field"):
+    with pytest.raises(OptionError, match="num_client: unknown scenario field"):
         Scenario().with_overrides({"num_client": "7"})
     with pytest.raises(ValueError):
         Scenario().with_overrides({"alpha": "-1"})

@@ -28,7 +28,7 @@ def test_every_named_strategy_exists_and_runs_a_few_aggregations():
 
 
 def test_eval_selector_sends_eval_tasks_within_its_budget():
-    sim, rec = simulate(strategy="felix", availability="avail100", max_aggregations=40, eval_min_age=2)
+    sim, rec = simulate(strategy="felix", availability="avail100", max_aggregations=40, **{"eval_selector.min_age": 2})
     evals = [(t, c, r) for t, c, kind, r in rec.accounting.dispatch_log if kind == "eval"]
     assert evals, "the eval selector sent no eval task"
     per_round = collections.Counter(r for _, _, r in evals)

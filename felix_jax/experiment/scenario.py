@@ -1,17 +1,27 @@
 """A scenario is pure data: what to emulate (DESIGN.md layer 1).
 
 Strings name registry entries (data set, model, availability regime, device
-profile, strategy) and are resolved once, in :mod:`felix_jax.experiment.build`.
+profile, strategy) and are resolved once, in :mod:`felix_jax.experiment.runner`.
 ``Scenario.with_overrides({"key": "value"})`` parses CLI ``--set`` values by the
-field's type.
+field's type; dotted keys reach the strategy's policy options
+(``aggregator.normalize``, ``selector.variant``, ``eval_selector.min_age``: any
+field of the policy's config, see ``felix-jax run --list``) and the update guard
+(``update_guard.max_norm_ratio``). A scenario is
+validated when it is built: a bad field or option raises one
+:class:`~felix_jax.options.OptionError` line naming it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import typing
 from pathlib import Path
+
+from ..options import OptionError, parse_value
+
+POLICY_FIELDS = ("selector", "eval_selector", "aggregator", "update_guard")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,7 +30,9 @@ class Scenario:
     # data and model
     dataset: str = "digits"
     num_clients: int = 30
-    partition: str = "dirichlet"  # dirichlet | iid | speaker (partition by the data set's keys)
+    # dirichlet | iid | speaker (by the data set's keys) | reference (the paper's per-client sizes from the
+    # shared reference file, scaled to the data, with Dirichlet(alpha) label mixes)
+    partition: str = "dirichlet"
     alpha: float = 0.5
     model: str = "cifar_cnn"  # cifar_cnn | speech_resnet | mlp
     num_train: int | None = None  # use only the first n training samples
@@ -33,20 +45,27 @@ class Scenario:
     local_steps: int = 5
     augment: bool = False
     eval_max_batches: int | None = 1  # eval tasks: FeLiX code probes one batch
-    eval_min_age: int = 35  # TierSelect: refresh utilities at least this many rounds old (code: 35)
-    eval_budget_factor: float = 1.5  # TierSelect: at most int(factor * K) eval tasks per round
     # fleet
     availability: str = "avail100"  # see felix_jax.experiment.registry.AVAILABILITY
     slot_s: float = 600.0  # slot length of the synthetic regimes avail90 / avail50 (paper: 600 s)
     device_profile: str = "paper_halfnormal"
     strategy: str = "fedbuff"
+    # options of the strategy's policies, over the strategy's defaults (fields of their configs)
+    selector: dict = dataclasses.field(default_factory=dict)
+    eval_selector: dict = dataclasses.field(default_factory=dict)
+    aggregator: dict = dataclasses.field(default_factory=dict)
+    # the server's check of every client update (felix_jax.fleet.update_guard.UpdateGuardConfig fields)
+    update_guard: dict = dataclasses.field(default_factory=dict)
     concurrency: int = 10
     aggregation_goal: int = 5
     overcommit: float = 1.3
-    server_lr: float | None = None  # None: the strategy's default
-    server_optimizer: str = "sgd"  # sgd | adam (FedAdam) | yogi (FedYogi), optax transformations
-    timeout_s: float = 90.0
+    server_optimizer: str = "sgd"  # sgd | adam (FedAdam) | yogi (FedYogi), optax transformations (eta: aggregator.server_lr)
+    timeout_s: float = 90.0  # the server's timer per task; inf disables it
+    timeout_frees_slot: bool = False  # async: a timed-out task frees its slot (FeLiX code: the slot stays taken)
+    # task lifecycle when the client leaves the tier: resume (paper: checkpoint and resume) | restart | abandon |
+    # run_to_end (FeLiX code: a trainer waits for AVL_TRAIN before starting, then is never pre-empted)
     interruption: str = "resume"
+    utility_from: str = "first_batch"  # statistical utility from the first batch (code) | all_steps
     # stopping and metrics
     target_accuracy: float | None = 0.8
     max_virtual_hours: float = 24.0
@@ -56,23 +75,49 @@ class Scenario:
     plan: str | None = None  # cohort execution plan; None picks per backend
 
     def __post_init__(self):
-        if self.num_clients < 1:
-            raise ValueError("num_clients must be >= 1")
-        if self.alpha <= 0:
-            raise ValueError("alpha must be > 0")
-        if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
-            raise ValueError("target_accuracy must lie in (0, 1]")
-        if self.max_virtual_hours <= 0:
-            raise ValueError("max_virtual_hours must be > 0")
+        for name, rule, allowed in _CHECKS:
+            value = getattr(self, name)
+            if value is not None and not rule(value):
+                raise OptionError(f"{name}={value!r}: must be {allowed}")
+        self.resolve_strategy()  # every policy option is checked now, not hours into a run
+        self.resolve_update_guard()
+
+    def resolve_update_guard(self):
+        """The :class:`~felix_jax.fleet.update_guard.UpdateGuardConfig` for this scenario."""
+        from ..fleet.update_guard import UpdateGuardConfig
+        from ..options import OptionSpec
+
+        return OptionSpec(UpdateGuardConfig).build("update_guard", self.update_guard)
+
+    def resolve_strategy(self):
+        """The strategy with its policies' configs for this scenario (``ResolvedStrategy``)."""
+        from .strategies import resolve_strategy
+
+        try:
+            return resolve_strategy(self.strategy, self.selector, self.eval_selector, self.aggregator)
+        except KeyError as e:
+            raise OptionError(f"strategy={self.strategy!r}: {e.args[0]}") from None
 
     def with_overrides(self, overrides: dict[str, typing.Any]) -> "Scenario":
+        """A copy with ``overrides`` applied: field names, or ``selector.KEY`` / ``aggregator.KEY`` / ..."""
         hints = typing.get_type_hints(Scenario)
         fields = {f.name for f in dataclasses.fields(self)}
-        parsed = {}
+        parsed: dict[str, typing.Any] = {}
         for key, value in overrides.items():
+            head, dot, option = key.partition(".")
+            if dot and head in POLICY_FIELDS and option:
+                merged = parsed.setdefault(head, dict(getattr(self, head)))
+                merged[option] = value
+                continue
             if key not in fields:
-                raise KeyError(f"unknown scenario field {key!r}; fields: {', '.join(sorted(fields))}")
-            parsed[key] = _parse(value, hints[key]) if isinstance(value, str) else value
+                raise OptionError(f"{key}: unknown scenario field; fields: {', '.join(sorted(fields))} "
+                                  f"(and {', '.join(f + '.OPTION' for f in POLICY_FIELDS)})")
+            if key in POLICY_FIELDS:
+                if not isinstance(value, dict):
+                    raise OptionError(f"{key}={value!r}: expected an object of options, e.g. {{\"variant\": ...}}")
+                parsed[key] = dict(value)
+            else:
+                parsed[key] = parse_value(key, value, hints[key])
         return dataclasses.replace(self, **parsed)
 
     def to_json(self) -> dict:
@@ -80,23 +125,51 @@ class Scenario:
 
     @staticmethod
     def from_file(path: str | Path) -> "Scenario":
-        data = json.loads(Path(path).read_text())
-        data = data.get("scenario", data)
+        """A scenario from a JSON file of fields (or a run's ``config.json``)."""
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+        except OSError as e:
+            raise OptionError(f"cannot read scenario file {path}: {e.strerror or e}") from None
+        except json.JSONDecodeError as e:
+            raise OptionError(f"scenario file {path} is not valid JSON: {e}") from None
+        if isinstance(data, dict) and isinstance(data.get("scenario"), dict):
+            data = data["scenario"]
+        if not isinstance(data, dict):
+            raise OptionError(f"scenario file {path}: expected a JSON object of scenario fields, "
+                              f"got {type(data).__name__}")
         return Scenario().with_overrides(data)
 
 
-def _parse(text: str, hint) -> typing.Any:
-    args = [a for a in typing.get_args(hint) if a is not type(None)]
-    optional = type(None) in typing.get_args(hint)
-    base = args[0] if args else hint
-    if optional and text.strip().lower() in ("none", "null", ""):
-        return None
-    if base is bool:
-        if text.lower() in ("1", "true", "yes", "on"):
-            return True
-        if text.lower() in ("0", "false", "no", "off"):
-            return False
-        raise ValueError(f"not a boolean: {text!r}")
-    if base in (int, float):
-        return base(text)
-    return text
+def _positive(v) -> bool:
+    return v > 0 and not math.isnan(v)
+
+
+# (field, rule, what is allowed): checked when a scenario is built.
+_CHECKS: tuple[tuple[str, typing.Callable[[typing.Any], bool], str], ...] = (
+    ("num_clients", lambda v: v >= 1, ">= 1"),
+    ("alpha", lambda v: _positive(v) and math.isfinite(v), "a finite number > 0"),
+    ("num_train", lambda v: v >= 1, ">= 1 (or none for all)"),
+    ("num_test", lambda v: v >= 1, ">= 1 (or none for all)"),
+    ("batch_size", lambda v: v >= 1, ">= 1"),
+    ("learning_rate", lambda v: _positive(v) and math.isfinite(v), "a finite number > 0"),
+    ("local_mode", lambda v: v in ("epochs", "steps"), "'epochs' or 'steps'"),
+    ("local_epochs", lambda v: v >= 1, ">= 1"),
+    ("local_steps", lambda v: v >= 1, ">= 1"),
+    ("eval_max_batches", lambda v: v >= 1, ">= 1 (or none for all)"),
+    ("slot_s", lambda v: _positive(v) and math.isfinite(v), "a finite number of seconds > 0"),
+    ("concurrency", lambda v: v >= 1, ">= 1"),
+    ("aggregation_goal", lambda v: v >= 1, ">= 1"),
+    ("overcommit", lambda v: v >= 1 and math.isfinite(v), "a finite number >= 1"),
+    ("server_optimizer", lambda v: v in ("sgd", "adam", "yogi"), "sgd, adam or yogi"),
+    ("timeout_s", lambda v: v > 0, "> 0 seconds (inf disables the timer)"),
+    ("interruption", lambda v: v in ("resume", "restart", "abandon", "run_to_end"),
+     "resume, restart, abandon or run_to_end"),
+    ("utility_from", lambda v: v in ("first_batch", "all_steps"), "first_batch or all_steps"),
+    ("target_accuracy", lambda v: 0 < v <= 1, "in (0, 1] (or none)"),
+    ("max_virtual_hours", lambda v: v > 0, "> 0 (inf: no limit)"),
+    ("max_aggregations", lambda v: v >= 1, ">= 1"),
+    ("eval_every", lambda v: v >= 1, ">= 1"),
+    ("seed", lambda v: 0 <= v < 2 ** 32, "an integer in [0, 2^32)"),
+    ("partition", lambda v: v in ("dirichlet", "iid", "speaker", "reference"), "dirichlet, iid, speaker or reference"),
+)

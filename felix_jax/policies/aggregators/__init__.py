@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from ...options import OptionSpec
 from .base import Aggregator, BufferInfo, apply_weighted_deltas
 from .deltas import DeltaBound, clip_or_normalize_deltas, update_norms
 from .fedasync import FedAsyncConfig, StalenessFunction, make_fedasync
@@ -24,24 +25,38 @@ AGGREGATORS: dict[str, Callable[..., Aggregator]] = {
     "tierfuse": make_tierfuse,
 }
 
-AGGREGATOR_CONFIGS: dict[str, type] = {
-    "fedavg": FedAvgConfig,
-    "fedbuff": FedBuffConfig,
-    "fedasync": FedAsyncConfig,
-    "refl_saa": REFLSAAConfig,
-    "tierfuse": TierFuseConfig,
+# How each aggregator is configured from a scenario (``aggregator.<field>``), with named variants.
+AGGREGATOR_OPTIONS: dict[str, OptionSpec] = {
+    "fedavg": OptionSpec(FedAvgConfig),
+    "fedbuff": OptionSpec(FedBuffConfig, {"fedbuff": FedBuffConfig, "fedscale": FedBuffConfig.fedscale}),
+    "fedasync": OptionSpec(FedAsyncConfig),
+    "refl_saa": OptionSpec(REFLSAAConfig),
+    "tierfuse": OptionSpec(TierFuseConfig, {"paper": TierFuseConfig, "code": TierFuseConfig.felix_code}),
 }
 
 
-def make_aggregator(name: str, **overrides) -> Aggregator:
-    """``make_aggregator("tierfuse", cap_beta=False)``: registry lookup + config overrides."""
+def aggregator_config(name: str, **options):
+    """The config instance of aggregator ``name`` for ``options`` (strings parsed by field type)."""
     if name not in AGGREGATORS:
-        raise KeyError(f"unknown aggregator {name!r}; known: {sorted(AGGREGATORS)}")
-    return AGGREGATORS[name](AGGREGATOR_CONFIGS[name](**overrides))
+        raise KeyError(f"unknown aggregator {name!r}; known: {', '.join(AGGREGATORS)}")
+    return AGGREGATOR_OPTIONS[name].build("aggregator", options)
+
+
+def make_aggregator(name: str, config=None, **options) -> Aggregator:
+    """``make_aggregator("tierfuse", normalize=True)``: registry lookup + config options.
+
+    Pass either a ready ``config`` instance or option keywords (any field of the
+    aggregator's config, or ``variant``); unknown keys raise one-line errors.
+    """
+    if config is None:
+        config = aggregator_config(name, **options)
+    elif options:
+        raise TypeError("pass either config or options, not both")
+    return AGGREGATORS[name](config)
 
 
 __all__ = [
-    "AGGREGATORS", "AGGREGATOR_CONFIGS", "Aggregator", "BufferInfo", "DeltaBound", "FEDSCALE_MAX_STALENESS",
+    "AGGREGATORS", "AGGREGATOR_OPTIONS", "aggregator_config", "Aggregator", "BufferInfo", "DeltaBound", "FEDSCALE_MAX_STALENESS",
     "FedAsyncConfig", "FedAvgConfig", "FedBuffConfig", "REFLBufferInfo", "REFLSAAConfig", "StalenessFunction",
     "TierFuseConfig", "UtilitySignal", "apply_weighted_deltas", "clip_or_normalize_deltas", "fedbuff_weight",
     "make_aggregator", "make_fedasync", "make_fedavg", "make_fedbuff", "make_refl_saa", "make_tierfuse",

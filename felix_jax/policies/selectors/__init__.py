@@ -1,13 +1,18 @@
-"""Client selectors; a new one is one file plus one line in ``SELECTORS``.
+"""Client selectors; a new one is one file plus one line in ``SELECTORS`` (and
+``SELECTOR_OPTIONS`` if it has a config).
 
 ``*_math`` modules hold the pure, vectorised formulas the selectors use.
 """
 
+from __future__ import annotations
+
+from ...options import OptionSpec
 from .base import SelectionContext, Selector
 from .oort import make_oort_selector
+from .oort_math import OORT_VARIANTS, OortConfig
 from .random_selector import make_random_selector
-from .refl import make_refl_selector
-from .tierselect_eval import make_tierselect_eval
+from .refl import REFLConfig, make_refl_selector
+from .tierselect_eval import TierSelectEvalConfig, make_tierselect_eval
 
 SELECTORS = {
     "random": make_random_selector,
@@ -16,5 +21,30 @@ SELECTORS = {
     "tierselect-eval": make_tierselect_eval,
 }
 
-__all__ = ["SELECTORS", "SelectionContext", "Selector", "make_oort_selector", "make_random_selector",
-           "make_refl_selector", "make_tierselect_eval"]
+# How each selector is configured from a scenario (``selector.<field>``, ``eval_selector.<field>``).
+SELECTOR_OPTIONS: dict[str, OptionSpec] = {
+    "random": OptionSpec(None),
+    "oort": OptionSpec(OortConfig, OORT_VARIANTS),
+    "refl": OptionSpec(REFLConfig),
+    "tierselect-eval": OptionSpec(TierSelectEvalConfig),
+}
+
+
+def selector_config(name: str, where: str = "selector", **options):
+    """The config instance of selector ``name`` for ``options`` (``None`` if it has none)."""
+    if name not in SELECTORS:
+        raise KeyError(f"unknown selector {name!r}; known: {', '.join(SELECTORS)}")
+    return SELECTOR_OPTIONS[name].build(where, options)
+
+
+def make_selector(name: str, config=None, **options) -> Selector:
+    """The selector registered as ``name``, from a ready ``config`` or option keywords."""
+    if config is None:
+        config = selector_config(name, **options)
+    elif options:
+        raise TypeError("pass either config or options, not both")
+    return SELECTORS[name]() if config is None else SELECTORS[name](config)
+
+
+__all__ = ["OORT_VARIANTS", "SELECTORS", "SELECTOR_OPTIONS", "SelectionContext", "Selector", "make_oort_selector",
+           "make_random_selector", "make_refl_selector", "make_selector", "make_tierselect_eval", "selector_config"]

@@ -2,23 +2,41 @@
 
 Sends cheap forward-pass eval tasks to clients that trained at least once, are in
 AVL_TRAIN or AVL_EVAL and idle, and whose utility is at least ``min_age`` rounds
-old (code: 35), stalest first; the server caps it at e = int(1.5 K) per
-aggregation round. Replies refresh U and last_utility_round and free the client.
+old (code: 35), stalest first; the server caps it at e = int(budget_factor * K)
+(code: 1.5) per aggregation round. Replies refresh U and last_utility_round and
+free the client.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from .base import SelectionContext, Selector
-from .tierselect_math import DEFAULT_MIN_AGE, select_for_eval
+from .tierselect_math import DEFAULT_MIN_AGE, eval_budget, select_for_eval
 
 
-def make_tierselect_eval(min_age: int = DEFAULT_MIN_AGE) -> Selector:
+@dataclasses.dataclass(frozen=True)
+class TierSelectEvalConfig:
+    min_age: int = DEFAULT_MIN_AGE  # rounds; refresh utilities at least this old (FeLiX code: 35)
+    budget_factor: float = 1.5  # at most int(budget_factor * K) eval tasks per aggregation round (code)
+
+    def __post_init__(self):
+        if self.min_age < 0:
+            raise ValueError(f"min_age must be >= 0, got {self.min_age}")
+        if not self.budget_factor >= 0:
+            raise ValueError(f"budget_factor must be >= 0, got {self.budget_factor}")
+
+    def budget(self, aggregation_goal: int) -> int:
+        return eval_budget(aggregation_goal, self.budget_factor)
+
+
+def make_tierselect_eval(config: TierSelectEvalConfig = TierSelectEvalConfig()) -> Selector:
     def select(state, ctx: SelectionContext, k: int):
         v = ctx.view
         ids = select_for_eval(v.times_trained > 0, v.tier, v.busy, v.utility_round, ctx.round,
-                              v.num_clients if k is None else int(k), min_age)
+                              v.num_clients if k is None else int(k), config.min_age)
         return ids[ctx.eligible[ids]].astype(np.int64), state
 
     return Selector("tierselect-eval", lambda: None, select)

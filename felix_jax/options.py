@@ -1,0 +1,162 @@
+"""Policy options: dotted scenario keys -> frozen config dataclasses (the CLI edge).
+
+A strategy composes a selector, an optional eval selector and an aggregator,
+each configured by a frozen dataclass (``OortConfig``, ``TierFuseConfig``, ...).
+A scenario reaches every field of those dataclasses by name
+(``--set aggregator.normalize=true``, ``"selector": {"variant": "fedscale"}``);
+this module turns such option dicts into config instances, once per run, with
+one clear error per unknown key or bad value, and back into JSON for
+``config.json``. Strings are parsed by the field's type hint (bool, int, float,
+enums by value, ``None``/``null`` for optional fields).
+
+A ``variant`` key picks a named constructor of the config (for example Oort's
+``fedscale``), the other keys override its fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+import typing
+from typing import Any, Callable, Mapping
+
+
+class OptionError(ValueError):
+    """A bad option: the message is one line naming the key, the value and what is allowed."""
+
+
+def parse_value(key: str, value: Any, hint: Any) -> Any:
+    """``value`` (a string from ``--set`` or a JSON value) converted to ``hint``'s type."""
+    args = typing.get_args(hint)
+    origin = typing.get_origin(hint)
+    optional = type(None) in args
+    if origin is typing.Literal:
+        if value not in args:
+            raise OptionError(f"{key}={value!r}: allowed values are {', '.join(map(repr, args))}")
+        return value
+    base = next((a for a in args if a is not type(None)), hint) if origin in (typing.Union, _UnionType) else hint
+    if value is None or (isinstance(value, str) and optional and value.strip().lower() in ("none", "null", "")):
+        if optional:
+            return None
+        raise OptionError(f"{key}: a value is required (not None)")
+    try:
+        if isinstance(base, type) and issubclass(base, enum.Enum):
+            names = [m.value for m in base]
+            if isinstance(value, base):
+                return value
+            if value not in names:
+                raise OptionError(f"{key}={value!r}: allowed values are {', '.join(map(str, names))}")
+            return base(value)
+        if base is bool:
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise OptionError(f"{key}={value!r}: expected true or false")
+        if base is int:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(str(value).strip()) if isinstance(value, str) else int(value)
+        if base is float:
+            if isinstance(value, bool):
+                raise ValueError
+            out = float(value)
+            if math.isnan(out):
+                raise OptionError(f"{key}={value!r}: expected a number, got NaN")
+            return out
+        if base is str:
+            if not isinstance(value, str):
+                raise ValueError
+            return value
+    except OptionError:
+        raise
+    except (TypeError, ValueError):
+        raise OptionError(f"{key}={value!r}: expected {_type_name(hint)}") from None
+    return value
+
+
+_UnionType = type(int | None)
+
+
+def _type_name(hint: Any) -> str:
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    optional = type(None) in typing.get_args(hint)
+    base = args[0] if args else hint
+    if typing.get_origin(hint) is typing.Literal:
+        return " | ".join(map(repr, typing.get_args(hint)))
+    if isinstance(base, type) and issubclass(base, enum.Enum):
+        name = " | ".join(str(m.value) for m in base)
+    else:
+        name = getattr(base, "__name__", str(base))
+    return f"{name} or none" if optional else name
+
+
+@dataclasses.dataclass(frozen=True)
+class OptionSpec:
+    """How one policy is configured: its config class and its named variants."""
+
+    config: type | None  # a frozen dataclass, or None for a policy without options
+    variants: Mapping[str, Callable[..., Any]] = dataclasses.field(default_factory=dict)
+    default_variant: str | None = None
+
+    def fields(self) -> dict[str, Any]:
+        if self.config is None:
+            return {}
+        hints = typing.get_type_hints(self.config)
+        return {f.name: hints[f.name] for f in dataclasses.fields(self.config)}
+
+    def build(self, where: str, options: Mapping[str, Any]) -> Any:
+        """The config instance for ``options``; ``where`` prefixes keys in errors (``aggregator``)."""
+        options = dict(options or {})
+        fields = self.fields()
+        if self.config is None:
+            if options:
+                raise OptionError(f"{where}.{next(iter(options))}: this policy has no options")
+            return None
+        variant = options.pop("variant", self.default_variant)
+        if variant is not None and variant not in self.variants:
+            known = ", ".join(self.variants) or "none"
+            raise OptionError(f"{where}.variant={variant!r}: known variants are {known}")
+        parsed = {}
+        for key, value in options.items():
+            if key not in fields:
+                raise OptionError(f"{where}.{key}: unknown option; options: {', '.join(sorted(fields))}"
+                                  + (", variant" if self.variants else ""))
+            parsed[key] = parse_value(f"{where}.{key}", value, fields[key])
+        make = self.variants[variant] if variant is not None else self.config
+        try:
+            return make(**parsed)
+        except OptionError:
+            raise
+        except (TypeError, ValueError) as e:
+            raise OptionError(f"{where}: {e}") from None
+
+    def describe(self) -> list[str]:
+        """``name: type = default`` per field, for ``--list``."""
+        if self.config is None:
+            return []
+        default = self.config()
+        out = [f"{name}: {_type_name(hint)} = {to_json(getattr(default, name))}" for name, hint in self.fields().items()]
+        if self.variants:
+            out.insert(0, f"variant: {' | '.join(self.variants)}"
+                          + (f" = {self.default_variant}" if self.default_variant else ""))
+        return out
+
+
+def to_json(value: Any) -> Any:
+    """Config values as JSON (enums by value, dataclasses as dicts, inf as the string 'inf')."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return [to_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: to_json(v) for k, v in value.items()}
+    return value
