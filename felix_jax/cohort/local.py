@@ -91,12 +91,25 @@ class TrainCarry(NamedTuple):
 
 def train_init(model: Model, cfg: LocalTrainConfig, params: Params, data: FederatedData, client: jax.Array,
                key: jax.Array) -> tuple[TrainContext, TrainCarry]:
-    """Task setup: the client's row, its keys, and the optimizer state."""
-    del model
+    """Task setup: the client's row, its keys, and the optimizer state.
+
+    With augmentation on, the first-batch utility statistics come from a forward
+    pass over the *un-augmented* first batch, so a training reply measures U
+    exactly as an eval task does (an augmented batch has a higher loss, which
+    would rank clients refreshed by eval tasks below those that just trained).
+    Without augmentation the first step's own losses are those statistics.
+    """
     count = data.counts[client]
     k_order, k_augment = jax.random.split(key)
     ctx = TrainContext(params, data.index_table[client], count, cfg.steps_per_epoch(count), k_order, k_augment)
-    return ctx, TrainCarry(params, cfg.optimizer().init(params), LossStats.zeros(), LossStats.zeros())
+    first = LossStats.zeros()
+    if cfg.augment:
+        width = data.index_table.shape[1]
+        positions, valid = batch_positions(k_order, jnp.int32(0), count, ctx.steps_per_epoch, cfg.batch_size, width)
+        x, y = _client_batch(data, ctx.row, positions, None, False)
+        losses, _ = model.loss(params, x, y)
+        first = LossStats.of(losses, valid)
+    return ctx, TrainCarry(params, cfg.optimizer().init(params), LossStats.zeros(), first)
 
 
 def train_step(model: Model, cfg: LocalTrainConfig, data: FederatedData, ctx: TrainContext, carry: TrainCarry,
@@ -117,7 +130,8 @@ def train_step(model: Model, cfg: LocalTrainConfig, data: FederatedData, ctx: Tr
     active = s < num_steps
     keep = lambda new, old: jnp.where(active, new, old)  # noqa: E731
     batch_stats = LossStats.of(losses, valid & active)
-    first = jax.tree_util.tree_map(lambda f, b: jnp.where(s == 0, b, f), carry.first_batch, batch_stats)
+    first = carry.first_batch if cfg.augment else jax.tree_util.tree_map(
+        lambda f, b: jnp.where(s == 0, b, f), carry.first_batch, batch_stats)  # see train_init
     return TrainCarry(jax.tree_util.tree_map(keep, new_params, carry.params),
                       jax.tree_util.tree_map(keep, new_opt_state, carry.opt_state),
                       carry.all_steps + batch_stats, first)

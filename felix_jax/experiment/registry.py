@@ -1,10 +1,10 @@
 """Registries: names at the CLI edge -> objects (resolved once per run).
 
 Availability regimes: ``avail100`` (always available), ``avail90`` / ``avail50``
-(the paper's slot process: 144 slots of 600 s, each available with probability
+(the paper's slot process: slots of 600 s, each available with probability
 0.9 / 0.5, every client available at t=0; generated for the scenario's clients
-and seed, repeating every 24 h so runs longer than a day keep their availability
-level), ``mobiperf`` (the shared real trace ``mobiperf_3st_50``: AVL_TRAIN while
+and seed, with independent slots over the run's whole horizon, at least the
+paper's 144 and at most a week, which then repeats), ``mobiperf`` (the shared real trace ``mobiperf_3st_50``: AVL_TRAIN while
 charging, AVL_EVAL when not charging but battery >= 50%; held after its 6.2 days),
 and ``ref:NAME`` for any shared reference trace (``syn_0``, ``syn_20``, ``syn_50``,
 ``mobiperf_2st``, ``mobiperf_3st_50``, ``mobiperf_3st_75``) as recorded.
@@ -13,6 +13,7 @@ Reference traces have 300 clients; a scenario with more reuses them cyclically.
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import numpy as np
@@ -27,26 +28,39 @@ def _cycle(trace: AvailabilityTrace, n: int) -> AvailabilityTrace:
     return trace.restrict(np.arange(n) % trace.num_clients)
 
 
+MAX_GENERATED_SLOTS = 144 * 7  # slot traces longer than a week of 600 s slots repeat with that period
+
+
 def _slots(p: float) -> Callable[..., AvailabilityTrace]:
-    return lambda n, seed, slot_s=600.0: slot_bernoulli(n, p, slot_s=slot_s, seed=seed, beyond_end="repeat")
+    def make(n: int, seed: int, slot_s: float = 600.0, horizon_s: float = 86400.0) -> AvailabilityTrace:
+        # Independent slots over the whole run (at least the paper's 144): only the very
+        # first slot is forced available, not the first slot of every repeated day.
+        needed = math.ceil(horizon_s / slot_s) if math.isfinite(horizon_s) else MAX_GENERATED_SLOTS
+        slots = int(min(max(144, needed), MAX_GENERATED_SLOTS))
+        return slot_bernoulli(n, p, num_slots=slots, slot_s=slot_s, seed=seed, beyond_end="repeat")
+
+    return make
 
 
 AVAILABILITY: dict[str, Callable[..., AvailabilityTrace]] = {
-    "avail100": lambda n, seed, slot_s=600.0: always_available(n, 86400.0),
+    "avail100": lambda n, seed, slot_s=600.0, horizon_s=86400.0: always_available(n, 86400.0),
     "avail90": _slots(0.9),
     "avail50": _slots(0.5),
-    "mobiperf": lambda n, seed, slot_s=600.0: _cycle(load_reference_trace("mobiperf_3st_50"), n),
+    "mobiperf": lambda n, seed, slot_s=600.0, horizon_s=86400.0: _cycle(load_reference_trace("mobiperf_3st_50"), n),
 }
 
 
-def make_trace(name: str, num_clients: int, seed: int, slot_s: float = 600.0) -> AvailabilityTrace:
-    """The regime's trace; ``slot_s`` sets the slot length of the synthetic regimes (paper: 600 s)."""
+def make_trace(name: str, num_clients: int, seed: int, slot_s: float = 600.0,
+               horizon_s: float = 86400.0) -> AvailabilityTrace:
+    """The regime's trace; ``slot_s`` sets the slot length of the synthetic regimes (paper: 600 s)
+    and ``horizon_s`` how long a run may last (synthetic slots are drawn independently up to it)."""
     if name.startswith("ref:"):
         return _cycle(load_reference_trace(name[4:]), num_clients)
     try:
-        return AVAILABILITY[name](num_clients, seed, slot_s)
+        make = AVAILABILITY[name]
     except KeyError:
         raise KeyError(f"unknown availability regime {name!r}; known: {', '.join(AVAILABILITY)}, ref:NAME") from None
+    return make(num_clients, seed, slot_s, horizon_s)
 
 
 DEVICE_PROFILES: dict[str, Callable[[int, int], DeviceProfile]] = {

@@ -21,6 +21,9 @@ class Accounting:
     replies_eval: int = 0
     discarded_updates: int = 0  # late updates an aggregator dropped
     late_updates_used: int = 0  # stale updates a sync aggregator kept (REFL SAA)
+    # aggregated with weight 0 (REFL SAA or FedBuff beyond their staleness bound, TierFuse beyond T_max):
+    # uploaded for nothing, like a discarded update
+    zero_weight_updates: int = 0
     rejected_updates_nonfinite: int = 0  # dropped by the update guard: NaN or Inf
     rejected_updates_norm: int = 0  # dropped by the update guard: L2 norm out of bounds
     interrupted_tasks: int = 0
@@ -46,6 +49,9 @@ class Accounting:
         out["bytes_total"] = self.bytes_total
         out["bytes_train"] = self.bytes_down_train + self.bytes_up_train
         out["bytes_eval"] = self.bytes_down_eval + self.bytes_up_eval
+        # training uploads that moved the model not at all (the paper's "uplink wasted")
+        out["updates_wasted"] = (self.discarded_updates + self.zero_weight_updates + self.rejected_updates_nonfinite
+                                 + self.rejected_updates_norm)
         out["staleness_p50"], out["staleness_p90"], out["staleness_p99"] = (
             pct(self.staleness, 50), pct(self.staleness, 90), pct(self.staleness, 99))
         out["utility_age_p50"] = pct(self.utility_age, 50)

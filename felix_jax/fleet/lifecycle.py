@@ -4,7 +4,11 @@ A task needs ``work_s`` seconds of time in an allowed tier (AVL_TRAIN for
 training; AVL_TRAIN or AVL_EVAL for eval). Dispatched at ``t0`` it waits until
 the client is in an allowed tier, runs, and when the client leaves the tier it is
 interrupted: ``resume`` continues where it stopped when the client returns (the
-paper: a trainer checkpoints), ``restart`` starts over, ``abandon`` drops it.
+paper: a trainer checkpoints), ``restart`` starts over, ``abandon`` drops it. ``run_to_end`` is the FeLiX
+reference code's lifecycle (REFERENCE.md "TierTrack"): the task waits for an
+allowed tier, then runs to completion even if the client leaves meanwhile (it is
+never pre-empted; ``first_stop_s`` still records when the client left, which a
+TierTrack server is told about).
 Because a task's *result* depends only on (start model, client data, key), the
 timeline is computed once at dispatch and only decides *when* things happen.
 """
@@ -24,6 +28,7 @@ class Interruption(str, enum.Enum):
     RESUME = "resume"
     RESTART = "restart"
     ABANDON = "abandon"
+    RUN_TO_END = "run_to_end"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +57,9 @@ def task_timeline(trace: AvailabilityTrace, client: int, t0: float, work_s: floa
     for _ in range(max_changes):
         nt_arr, ns_arr = trace.next_change_after(t, cl)
         nt, ns = float(nt_arr[0]), int(ns_arr[0])
+        if state in allowed and policy is Interruption.RUN_TO_END:
+            finish = t + remaining
+            return Timeline(t, finish, _first_leave(trace, cl, t, finish, allowed), 0)
         if state in allowed:
             start = min(start, t)
             if t + remaining <= nt:
@@ -68,3 +76,15 @@ def task_timeline(trace: AvailabilityTrace, client: int, t0: float, work_s: floa
             return Timeline(start, math.inf, first_stop, interruptions)
         t, state = nt, ns
     raise RuntimeError(f"client {client}: task did not settle within {max_changes} state changes")
+
+
+def _first_leave(trace: AvailabilityTrace, cl: np.ndarray, t: float, until: float, allowed: frozenset[int]) -> float:
+    """The first time in (t, until) the client moves to a tier outside ``allowed`` (inf if none)."""
+    while True:
+        nt_arr, ns_arr = trace.next_change_after(t, cl)
+        nt = float(nt_arr[0])
+        if nt >= until:
+            return math.inf
+        if int(ns_arr[0]) not in allowed:
+            return nt
+        t = nt

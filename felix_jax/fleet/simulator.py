@@ -74,6 +74,13 @@ class RunRecord:
     params: Params
 
 
+def _finite_utility(u) -> float:
+    """A reported utility for the client map: a non-finite one (a diverging client's loss) reads as 0,
+    so it can neither win nor poison a selector's score sampling."""
+    u = float(u)
+    return u if math.isfinite(u) else 0.0
+
+
 class FleetSimulator:
     """Runs one strategy on one fleet; ``run()`` returns a :class:`RunRecord`."""
 
@@ -94,7 +101,12 @@ class FleetSimulator:
         self._guard_norms = np.zeros(0, np.float64)  # norms of recently accepted updates, oldest first
         self._guard_empty_buffers = 0  # buffers in a row without an accepted update
         counts = engine.counts
-        self.view = ClientMap.create(counts)
+        # training samples a task processes, per client (for the compute time model)
+        steps = engine.num_train_steps(np.arange(len(counts)))
+        self._train_samples = steps * np.minimum(engine.train_cfg.batch_size, counts)
+        # a client registers with its profile's training-task duration (Oort's system metric before it is explored)
+        self.view = ClientMap.create(counts, profile.train_duration_s(np.arange(len(counts)), model.bytes_on_wire,
+                                                                      self._train_samples))
         self.rng = np.random.default_rng(np.random.SeedSequence([seed, 1]))
         self.queue = EventQueue()
         self.acct = Accounting()
@@ -117,12 +129,8 @@ class FleetSimulator:
         self._accuracies: list[float] = []
         self._stop_reason: str | None = None
         self._time_to_target: float | None = None
-        # training samples a task processes, per client (for the compute time model)
-        steps = engine.num_train_steps(np.arange(len(counts)))
-        b = engine.train_cfg.batch_size
-        per_step = np.minimum(b, counts)
-        self._train_samples = steps * per_step
-        self._eval_samples = np.minimum(counts, engine.num_eval_batches(np.arange(len(counts))) * b)
+        self._eval_samples = np.minimum(counts, engine.num_eval_batches(np.arange(len(counts)))
+                                        * engine.train_cfg.batch_size)
 
     # ------------------------------------------------------------------ public
     @property
@@ -203,6 +211,7 @@ class FleetSimulator:
             age = self.round - self.view.utility_round[client] if self.view.utility_round[client] >= 0 else -1
             self.acct.utility_age.append(int(age))
             self.view.last_selected_round[client] = self.round
+            self.view.picked_round[client] = self.round  # once per round counts training picks only
         else:
             work = float(self.profile.eval_duration_s(cl, mb, self._eval_samples[cl])[0])
             allowed = EVAL_TIERS
@@ -215,7 +224,6 @@ class FleetSimulator:
         self.acct.dispatch_log.append((self.now, client, kind, self.round))
         self.tasks[tid] = task
         self.view.busy[client] = True
-        self.view.picked_round[client] = self.round
         self.executor.submit(tid, client, self.version, kind)
         if timeline.interruptions:
             self.acct.interrupted_tasks += 1
@@ -250,7 +258,8 @@ class FleetSimulator:
             self.acct.bytes_up_train += self.model.bytes_on_wire
             self.acct.replies_train += 1
             stats = outcome.first_batch if self.cfg.utility_from == "first_batch" else outcome.all_steps
-            self.view.utility[c] = float(statistical_utility(np.float64(stats.count), np.float64(stats.sumsq)))
+            self.view.utility[c] = _finite_utility(statistical_utility(np.float64(stats.count),
+                                                                       np.float64(stats.sumsq)))
             self.view.utility_round[c] = self.round
             self.view.times_trained[c] += 1
             self.view.duration_s[c] = task.work_s
@@ -259,8 +268,8 @@ class FleetSimulator:
             assert isinstance(outcome, EvalOutcome)
             self.acct.bytes_up_eval += self.profile.eval_upload_bytes
             self.acct.replies_eval += 1
-            self.view.utility[c] = float(statistical_utility(np.float64(outcome.stats.count),
-                                                             np.float64(outcome.stats.sumsq)))
+            self.view.utility[c] = _finite_utility(statistical_utility(np.float64(outcome.stats.count),
+                                                                       np.float64(outcome.stats.sumsq)))
             self.view.utility_round[c] = self.round
         if self._stop_reason is None:
             self.mode.refill(self)
@@ -280,15 +289,18 @@ class FleetSimulator:
             return
         task.timed_out = True
         self.acct.timeouts += 1
-        if self.cfg.knowledge is Knowledge.NONE:
-            self.view.tier[task.client] = Tier.UN_AVL
         if task.timeline.abandoned:  # the client dropped it: the server gives up on it now
             self.tasks.pop(tid)
             self.executor.discard(tid)
             self.view.busy[task.client] = False
             task.in_flight = False
-        elif self.cfg.timeout_frees_slot and task.in_flight:
-            task.in_flight = False
+            # No reply will ever clear a timeout mark, so a blind server does not set one:
+            # the client stays a candidate (it may well be away, which a blind server cannot know).
+        else:
+            if self.cfg.knowledge is Knowledge.NONE:
+                self.view.tier[task.client] = Tier.UN_AVL  # until its reply proves it is back
+            if self.cfg.timeout_frees_slot and task.in_flight:
+                task.in_flight = False
         self.mode.refill(self)
 
     def _on_wake(self, _payload) -> None:
@@ -379,6 +391,7 @@ class FleetSimulator:
             raise RuntimeError(f"aggregator {self.aggregator.name} returned bad weights {weights}")
         self.acct.staleness.extend(int(s) for s in info.staleness)
         self.acct.agg_weights.extend(float(w) for w in weights)
+        self.acct.zero_weight_updates += int((weights == 0).sum())
         return weights
 
     def _checkpoint(self) -> None:
