@@ -255,3 +255,64 @@ def partition_from_counts(num_samples: int, counts: np.ndarray, seed: Seed = 0) 
     owner = np.full(num_samples, -1, np.int64)
     owner[rng.permutation(num_samples)[: counts.sum()]] = np.repeat(np.arange(len(counts)), counts)
     return partition_from_assignment(owner, len(counts), f"from_counts(seed={seed})")
+
+
+def scale_counts(counts: np.ndarray, total: int) -> np.ndarray:
+    """``counts`` scaled in proportion to sum to ``total`` (largest remainder), each >= 1.
+
+    Shrinks the paper's per-client sizes to a data subset while keeping their
+    shape (the spread of sizes decides how long clients train).
+    """
+    counts = np.asarray(counts, np.float64).ravel()
+    if counts.size == 0 or counts.min() < 0 or counts.sum() <= 0:
+        raise ValueError("counts must be a non-empty array of non-negative sizes with a positive sum")
+    if total < counts.size:
+        raise ValueError(f"cannot give {counts.size} clients at least one sample each from {total}")
+    exact = counts / counts.sum() * (total - counts.size)  # one sample each is set aside first
+    out = np.floor(exact).astype(np.int64)
+    short = int(total - counts.size - out.sum())
+    out[np.argsort(-(exact - out), kind="stable")[:short]] += 1
+    return out + 1
+
+
+def dirichlet_sized_partition(labels: np.ndarray, sizes: np.ndarray, alpha: float, seed: Seed = 0) -> Partition:
+    """Clients of the given ``sizes`` whose label mixes are drawn from Dirichlet(alpha).
+
+    For a population whose sizes are known (the paper's per-client CIFAR-10 sizes in
+    the shared reference file) but whose exact sample lists are not: client ``i``
+    draws a class mix ``q_i ~ Dirichlet(alpha * ones(num_classes))`` and then its
+    ``sizes[i]`` samples class by class from what is left, following ``q_i``; a
+    class that runs out is replaced by the client's next most likely classes that
+    still have samples. Clients are served in a seeded random order so no client
+    id is favoured when classes run short. Setup-time host code (one numpy pass per
+    client).
+    """
+    labels = np.asarray(labels).ravel()
+    sizes = np.asarray(sizes, np.int64).ravel()
+    if not (np.isfinite(alpha) and alpha > 0):
+        raise ValueError(f"alpha must be a finite number > 0, got {alpha}")
+    if sizes.size == 0 or sizes.min() < 1:
+        raise ValueError("sizes must be a non-empty array of sizes >= 1")
+    if sizes.sum() > labels.size:
+        raise ValueError(f"sizes sum to {sizes.sum()} > {labels.size} samples")
+    rng = np.random.default_rng(seed)
+    classes = np.unique(labels)
+    pools = [list(rng.permutation(np.flatnonzero(labels == c))) for c in classes]
+    left = np.array([len(p) for p in pools], np.int64)
+    owner = np.full(labels.size, -1, np.int64)
+    mixes = rng.dirichlet(np.full(classes.size, float(alpha)), size=sizes.size)
+    for client in rng.permutation(sizes.size):
+        want = rng.multinomial(sizes[client], mixes[client] / mixes[client].sum())
+        take = np.minimum(want, left)
+        missing = int(sizes[client] - take.sum())
+        for c in np.argsort(-mixes[client], kind="stable"):  # refill from the client's likeliest classes
+            if missing == 0:
+                break
+            extra = min(missing, int(left[c] - take[c]))
+            take[c] += extra
+            missing -= extra
+        for c in np.flatnonzero(take):
+            idx = pools[c][len(pools[c]) - int(left[c]):][: int(take[c])]
+            owner[idx] = client
+            left[c] -= take[c]
+    return partition_from_assignment(owner, sizes.size, f"dirichlet_sized(alpha={alpha}, seed={seed})")

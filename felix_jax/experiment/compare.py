@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import csv
 import json
+import math
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -27,27 +29,95 @@ SUMMARY_COLUMNS = ["strategy", "scenario", "availability", "seed", "time_to_targ
                    "host_seconds"]
 
 
+def cell_dir(out: Path, strategy: str, regime: str, seed: int) -> Path:
+    return out / "runs" / f"{strategy}-{regime.replace(':', '_')}-seed{seed}"
+
+
+def _finished_row(sc: Scenario, run_dir: Path) -> dict | None:
+    """The summary of a finished cell whose config.json is this scenario's, else None."""
+    try:
+        config = json.loads((run_dir / "config.json").read_text())
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return summary if config.get("scenario") == json.loads(json.dumps(sc.to_json(), default=str)) else None
+
+
+def _run_cell(sc: Scenario, run_dir: Path, progress: bool, deadline: float = math.inf,
+              plot: bool = True) -> dict | None:
+    """One cell's summary; None if it would start after ``deadline`` (``time.time()``)."""
+    if time.time() > deadline:
+        return None
+    return run(sc, run_dir, progress=progress, plot=plot).summary
+
+
+def _row(sc: Scenario, base: Scenario, summary: dict, run_dir: Path) -> dict:
+    return {"strategy": sc.strategy, "scenario": base.name, "availability": sc.availability, "seed": sc.seed,
+            **{k: summary.get(k) for k in SUMMARY_COLUMNS if k in summary}, "run_dir": str(run_dir), "_summary": summary}
+
+
 def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds: list[int], out: Path,
-               progress: bool = True, log: Callable[[str], None] = print) -> list[dict]:
-    rows = []
-    total = len(strategies) * len(regimes) * len(seeds)
-    i = 0
-    for regime in regimes:
-        for strategy in strategies:
-            for seed in seeds:
-                i += 1
-                sc = base.with_overrides({"strategy": strategy, "availability": regime, "seed": seed})
-                run_dir = out / "runs" / f"{strategy}-{regime}-seed{seed}"
-                log(f"[{i}/{total}] {strategy} on {regime}, seed {seed}")
-                s = run(sc, run_dir, progress=progress).summary
-                rows.append({"strategy": strategy, "scenario": base.name, "availability": regime, "seed": seed,
-                             **{k: s.get(k) for k in SUMMARY_COLUMNS if k in s}, "run_dir": str(run_dir)})
+               progress: bool = True, log: Callable[[str], None] = print, resume: bool = True,
+               workers: int = 1, cells: list[tuple[str, str, int]] | None = None,
+               deadline: float = math.inf, plot: bool = True) -> list[dict]:
+    """Runs every (strategy, regime, seed) cell (or the given ``cells``) and writes ``summary.csv``.
+
+    ``resume``: a cell whose folder already holds this scenario's ``config.json`` and a
+    ``summary.json`` is read back instead of rerun, so a killed matrix continues where
+    it stopped. ``workers > 1`` runs cells in that many processes (spawned, so each
+    has its own JAX runtime; on a GPU they share the device). Cells that would start
+    after ``deadline`` (``time.time()``) are left out of the result; ``plot=False``
+    skips each run's own accuracy figure.
+    """
+    todo = cells if cells is not None else [(st, rg, sd) for rg in regimes for st in strategies for sd in seeds]
+    scenarios = [base.with_overrides({"strategy": st, "availability": rg, "seed": sd}) for st, rg, sd in todo]
+    rows: list[dict | None] = [None] * len(todo)
+    pending = []
+    for i, sc in enumerate(scenarios):
+        run_dir = cell_dir(out, sc.strategy, sc.availability, sc.seed)
+        done = _finished_row(sc, run_dir) if resume else None
+        if done is not None:
+            rows[i] = _row(sc, base, done, run_dir)
+            log(f"[{i + 1}/{len(todo)}] {sc.strategy} on {sc.availability}, seed {sc.seed}: finished earlier, kept")
+        else:
+            pending.append(i)
+    if workers <= 1:
+        for i in pending:
+            sc = scenarios[i]
+            log(f"[{i + 1}/{len(todo)}] {sc.strategy} on {sc.availability}, seed {sc.seed}")
+            run_dir = cell_dir(out, sc.strategy, sc.availability, sc.seed)
+            summary = _run_cell(sc, run_dir, progress, deadline, plot)
+            rows[i] = None if summary is None else _row(sc, base, summary, run_dir)
+    elif pending:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {pool.submit(_run_cell, scenarios[i], cell_dir(out, scenarios[i].strategy,
+                                   scenarios[i].availability, scenarios[i].seed), False, deadline, plot): i
+                       for i in pending}
+            for n, fut in enumerate(as_completed(futures), 1):
+                i = futures[fut]
+                sc = scenarios[i]
+                run_dir = cell_dir(out, sc.strategy, sc.availability, sc.seed)
+                summary = fut.result()
+                if summary is None:
+                    continue
+                rows[i] = _row(sc, base, summary, run_dir)
+                log(f"[{n}/{len(pending)} run] {sc.strategy} on {sc.availability}, seed {sc.seed}: "
+                    f"{rows[i]['stop_reason']}")
+    done = [r for r in rows if r is not None]
+    write_summary_csv(done, out)
+    return done
+
+
+def write_summary_csv(rows: list[dict], out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "summary.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=SUMMARY_COLUMNS + ["run_dir"], extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
-    return rows
+    return out / "summary.csv"
 
 
 def _mean(values):

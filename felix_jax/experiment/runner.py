@@ -13,15 +13,17 @@ import numpy as np
 from ..cohort import CohortEngine, LocalEvalConfig, LocalTrainConfig
 from ..data.federated import held_out_to_device, to_device
 from ..data.loaders import load_dataset
-from ..data.partition import dirichlet_partition, iid_partition, partition_by_key
+from ..data.partition import (dirichlet_partition, dirichlet_sized_partition, iid_partition, partition_by_key,
+                              scale_counts)
+from ..traces import load_reference_clients
 from ..fleet.config import FleetConfig, StopRule
 from ..fleet.modes import AsyncMode, SyncMode
 from ..fleet.simulator import Checkpoint, FleetSimulator, RunRecord
+from ..options import to_json
 from ..policies import make_aggregator, make_selector
 from .registry import make_model, make_profile, make_trace
 from .results import summarize, write_results
 from .scenario import Scenario
-from .strategies import get_strategy
 
 
 @dataclasses.dataclass
@@ -33,7 +35,8 @@ class RunResult:
 
 
 def build_simulator(sc: Scenario, on_checkpoint=None) -> FleetSimulator:
-    strategy = get_strategy(sc.strategy)
+    resolved = sc.resolve_strategy()
+    strategy = resolved.strategy
     ds = load_dataset(sc.dataset)
     if sc.num_train is not None or sc.num_test is not None:
         ds = ds.subset(sc.num_train, sc.num_test)
@@ -47,31 +50,43 @@ def build_simulator(sc: Scenario, on_checkpoint=None) -> FleetSimulator:
         if ds.train_keys is None:
             raise ValueError(f"data set {ds.name} has no per-sample keys (speaker ids) to partition by")
         part = partition_by_key(ds.train_keys, sc.num_clients, seed=part_seed)
+    elif sc.partition == "reference":
+        part = dirichlet_sized_partition(ds.train_y, reference_sizes(sc.num_clients, len(ds.train_y)), sc.alpha,
+                                         seed=part_seed)
     else:
-        raise KeyError(f"unknown partition {sc.partition!r}; known: dirichlet, iid, speaker")
+        raise KeyError(f"unknown partition {sc.partition!r}; known: dirichlet, iid, speaker, reference")
     model = make_model(sc.model, ds.input_shape, ds.num_classes)
     train_cfg = LocalTrainConfig(batch_size=sc.batch_size, learning_rate=sc.learning_rate, mode=sc.local_mode,
                                  local_epochs=sc.local_epochs, local_steps=sc.local_steps, augment=sc.augment)
     eval_cfg = LocalEvalConfig(batch_size=sc.batch_size, max_batches=sc.eval_max_batches)
     engine = CohortEngine(model, to_device(ds, part), train_cfg, eval_cfg, seed=sc.seed, plan=sc.plan)
-    trace = make_trace(sc.availability, sc.num_clients, int(seeds[1].generate_state(1)[0]), sc.slot_s)
+    trace = make_trace(sc.availability, sc.num_clients, int(seeds[1].generate_state(1)[0]), sc.slot_s,
+                       sc.max_virtual_hours * 3600)
     profile = make_profile(sc.device_profile, sc.num_clients, int(seeds[2].generate_state(1)[0]))
     fleet_cfg = FleetConfig(mode=strategy.mode, knowledge=strategy.knowledge, concurrency=sc.concurrency,
                             aggregation_goal=sc.aggregation_goal, overcommit=sc.overcommit, timeout_s=sc.timeout_s,
                             interruption=sc.interruption, sees_eval_tier=strategy.eval_selector is not None,
-                            server_optimizer=sc.server_optimizer)
-    aggregator = make_aggregator(strategy.aggregator, server_lr=sc.server_lr)
+                            server_optimizer=sc.server_optimizer, timeout_frees_slot=sc.timeout_frees_slot,
+                            utility_from=sc.utility_from)
+    aggregator = make_aggregator(strategy.aggregator, resolved.aggregator)
     stop = StopRule(target_accuracy=sc.target_accuracy, max_virtual_s=sc.max_virtual_hours * 3600,
                     max_aggregations=sc.max_aggregations, eval_every=sc.eval_every)
     init = model.init(jax.random.key(int(seeds[3].generate_state(1)[0])))
-    eval_selector = make_selector(strategy.eval_selector, min_age=sc.eval_min_age) if strategy.eval_selector else None
+    eval_selector = make_selector(strategy.eval_selector, resolved.eval_selector) if strategy.eval_selector else None
     return FleetSimulator(
         model=model, engine=engine, trace=trace, profile=profile, test=held_out_to_device(ds), init_params=init,
-        config=fleet_cfg, selector=make_selector(strategy.selector), aggregator=aggregator,
+        config=fleet_cfg, selector=make_selector(strategy.selector, resolved.selector), aggregator=aggregator,
         mode=SyncMode() if strategy.mode == "sync" else AsyncMode(), stop=stop, seed=sc.seed,
-        eval_selector=eval_selector,
-        eval_budget=int(sc.eval_budget_factor * sc.aggregation_goal) if eval_selector else 0,
+        eval_selector=eval_selector, update_guard=sc.resolve_update_guard(),
+        eval_budget=resolved.eval_selector.budget(sc.aggregation_goal) if eval_selector else 0,
         on_checkpoint=on_checkpoint)
+
+
+def reference_sizes(num_clients: int, num_samples: int) -> np.ndarray:
+    """The paper's per-client CIFAR-10 sizes (shared reference file; cycled past 300
+    clients), scaled in proportion when the data set holds fewer samples."""
+    sizes = load_reference_clients().num_samples[np.arange(num_clients) % 300]
+    return scale_counts(sizes, num_samples) if sizes.sum() > num_samples else sizes
 
 
 class _Progress:
@@ -96,7 +111,7 @@ class _Progress:
             self.bar.close()
 
 
-def run(sc: Scenario, out_dir: str | Path | None = None, progress: bool = False) -> RunResult:
+def run(sc: Scenario, out_dir: str | Path | None = None, progress: bool = False, plot: bool = True) -> RunResult:
     bar = _Progress(sc, progress)
     sim = build_simulator(sc, on_checkpoint=bar)
     try:
@@ -105,9 +120,11 @@ def run(sc: Scenario, out_dir: str | Path | None = None, progress: bool = False)
         bar.close()
     summary = summarize(record, sc.seed, sim.engine.batch_summary())
     summary["flush_tasks_mean"] = float(np.mean(sim.executor.flush_sizes)) if sim.executor.flush_sizes else 0.0
-    config: dict[str, Any] = {"scenario": sc.to_json(), "strategy": dataclasses.asdict(get_strategy(sc.strategy)),
-                              "fleet": dataclasses.asdict(sim.cfg), "model": {"name": sim.model.name,
+    resolved = sc.resolve_strategy()
+    config: dict[str, Any] = {"scenario": sc.to_json(), "strategy": resolved.strategy.to_json(),
+                              "policies": resolved.to_json(), "update_guard": to_json(sim.update_guard),
+                              "fleet": to_json(sim.cfg), "model": {"name": sim.model.name,
                               "num_params": sim.model.num_params, "bytes_on_wire": sim.model.bytes_on_wire},
                               "backend": jax.default_backend(), "jax": jax.__version__}
-    out = write_results(out_dir, config, record, summary) if out_dir is not None else None
+    out = write_results(out_dir, config, record, summary, plot=plot) if out_dir is not None else None
     return RunResult(sc, record, summary, out)
