@@ -416,3 +416,9 @@ class FleetSimulator:
         self._last_notify_t = self.now
         self.acct.control_messages += n
         self.acct.control_bytes += n * self.cfg.control_message_bytes
+
+    def request_stop(self, reason: str) -> None:
+        """Stops ``run()`` after the event in progress (e.g. on a signal), with ``reason`` as its
+        stop reason; a run that already has a stop reason keeps it."""
+        if self._stop_reason is None:
+            self._stop_reason = reason
