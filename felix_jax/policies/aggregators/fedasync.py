@@ -17,6 +17,7 @@ from FedBuff.
 from __future__ import annotations
 
 import dataclasses
+import math
 import enum
 
 import numpy as np
@@ -39,6 +40,10 @@ class FedAsyncConfig:
     hinge_b: float = 4.0  # hinge knee b: no discount while tau <= b
     server_lr: float = 0.3
     max_staleness: int | None = None
+
+    def __post_init__(self):
+        if not (math.isfinite(self.server_lr) and self.server_lr > 0):
+            raise ValueError(f"server_lr={self.server_lr!r}: must be a finite number > 0")
 
 
 def polynomial_weight(staleness, a: float = 0.5) -> np.ndarray:

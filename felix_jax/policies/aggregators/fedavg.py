@@ -10,6 +10,7 @@ before they reach the buffer; the weights themselves ignore staleness).
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
@@ -19,6 +20,10 @@ from .base import Aggregator, BufferInfo
 @dataclasses.dataclass(frozen=True)
 class FedAvgConfig:
     server_lr: float = 1.0  # eta; 1 gives plain FedAvg
+
+    def __post_init__(self):
+        if not (math.isfinite(self.server_lr) and self.server_lr > 0):
+            raise ValueError(f"server_lr={self.server_lr!r}: must be a finite number > 0")
 
 
 def fedavg_weights(num_samples: np.ndarray) -> np.ndarray:

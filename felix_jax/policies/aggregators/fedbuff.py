@@ -16,6 +16,7 @@ FeLiX's would, so "better weights" can be told apart from "bigger steps".
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
@@ -33,6 +34,8 @@ class FedBuffConfig:
     match_step: str | None = None  # None (FedBuff) | "tierfuse": rescale to TierFuse's total weight
 
     def __post_init__(self):
+        if not (math.isfinite(self.server_lr) and self.server_lr > 0):
+            raise ValueError(f"server_lr={self.server_lr!r}: must be a finite number > 0")
         if self.match_step not in (None, "tierfuse"):
             raise ValueError(f"match_step must be none or 'tierfuse', got {self.match_step!r}")
 

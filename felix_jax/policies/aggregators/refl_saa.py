@@ -37,6 +37,7 @@ padding rows, and hands :class:`REFLBufferInfo` to ``weights``.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import NamedTuple
 
 import jax
@@ -52,6 +53,10 @@ class REFLSAAConfig:
     threshold: int | None = 5  # largest staleness kept; None keeps all
     scale: float = 1.0  # s, REFL's scale coefficient
     server_lr: float = 1.0  # sync rounds: the new model is the weighted mean
+
+    def __post_init__(self):
+        if not (math.isfinite(self.server_lr) and self.server_lr > 0):
+            raise ValueError(f"server_lr={self.server_lr!r}: must be a finite number > 0")
 
 
 class REFLBufferInfo(NamedTuple):

@@ -28,6 +28,7 @@ Defaults follow the paper where it is explicit and the code otherwise
 from __future__ import annotations
 
 import dataclasses
+import math
 import enum
 
 import numpy as np
@@ -58,6 +59,10 @@ class TierFuseConfig:
     max_norm: float = 1.0  # bound for delta_bound
     server_lr: float = 0.3  # eta
     normalize: bool = False  # False: / K (code); True: / sum of weights
+
+    def __post_init__(self):
+        if not (math.isfinite(self.server_lr) and self.server_lr > 0):
+            raise ValueError(f"server_lr={self.server_lr!r}: must be a finite number > 0")
 
     @classmethod
     def felix_code(cls, **overrides) -> "TierFuseConfig":
