@@ -91,6 +91,13 @@ def _trace_from_id_rows(
     )
 
 
+def _with_clients(trace: AvailabilityTrace, path) -> AvailabilityTrace:
+    """``trace``, unless it has no clients: an empty file must not reach a run (nothing to schedule)."""
+    if trace.num_clients == 0:
+        raise DataFileError(path, "the trace holds no clients")
+    return trace
+
+
 # ------------------------------------------------------------ reference data
 def load_reference_trace(
     name: str, path: str | os.PathLike | None = None, *, beyond_end: BeyondEnd = "hold"
@@ -110,13 +117,14 @@ def load_reference_trace(
     file = resolve_data_file(REFERENCE_TRACE_FILE, path)
     expected = f"the reference trace archive (npz arrays {name}_client, {name}_time_s, {name}_state, client)"
     with reading(file, expected), open_npz(file) as z:
-        return _trace_from_id_rows(
+        trace = _trace_from_id_rows(
             z[f"{name}_client"],
             z[f"{name}_time_s"],
             z[f"{name}_state"],
             all_ids=z["client"],
             beyond_end=beyond_end,
         )
+    return _with_clients(trace, file)
 
 
 class ReferenceClients(NamedTuple):
@@ -192,6 +200,8 @@ def load_fedscale_trace(path: str | os.PathLike) -> AvailabilityTrace:
     with reading(path, f"{expected} with numeric active/inactive times"):
         a = np.asarray([x for s in starts for x in s], dtype=np.float64)
         i = np.asarray([x for s in ends for x in s], dtype=np.float64)
+    if np.isnan(a).any() or np.isnan(i).any():  # NaN compares false: the interval would vanish silently
+        raise DataFileError(path, "active/inactive times must be numbers, found NaN")
     ok = a <= i  # an interval with active > inactive is never online
     cid, a, i = cid[ok], np.maximum(a[ok], 0.0), i[ok]
     # Interval union by event counting: +1 at start, -1 just after the closed end.
@@ -216,7 +226,7 @@ def load_fedscale_trace(path: str | os.PathLike) -> AvailabilityTrace:
         ]
     )
     by_id = np.argsort(ids, kind="stable")  # clients in sorted-id order
-    return _trace_from_id_rows(
+    trace = _trace_from_id_rows(
         ids[rows_c],
         rows_t,
         rows_s,
@@ -225,6 +235,7 @@ def load_fedscale_trace(path: str | os.PathLike) -> AvailabilityTrace:
         beyond_end="repeat",
         client_duration_s=period[by_id],
     )
+    return _with_clients(trace, path)
 
 
 # ------------------------------------------------------------ interval files
@@ -255,7 +266,7 @@ def load_interval_csv(
 ) -> AvailabilityTrace:
     """Read the CSV interval format; arguments override the file's ``#`` metadata."""
     with reading(path, f"an interval CSV trace (header {','.join(_CSV_COLUMNS)}, one row per state change)"):
-        return _read_interval_csv(path, duration_s, beyond_end)
+        return _with_clients(_read_interval_csv(path, duration_s, beyond_end), path)
 
 
 def _read_interval_csv(path, duration_s: float | None, beyond_end: BeyondEnd | None) -> AvailabilityTrace:
@@ -322,7 +333,7 @@ def load_interval_npz(
     """
     need = [f"{prefix}{c}" for c in _CSV_COLUMNS]
     with reading(path, f"an interval NPZ trace (arrays {', '.join(need)})"):
-        return _read_interval_npz(path, need, prefix, duration_s, beyond_end)
+        return _with_clients(_read_interval_npz(path, need, prefix, duration_s, beyond_end), path)
 
 
 def _read_interval_npz(path, need: list[str], prefix: str, duration_s: float | None,
