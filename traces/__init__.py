@@ -7,6 +7,7 @@ semantics), ``generators``, ``loaders`` and ``device_profile``.
 from .availability import BEYOND_END_POLICIES, AvailabilityTrace, Tier
 from .data_paths import DATA_ENV_VAR, DataFileError, resolve_data_file
 from .device_profile import (
+    load_device_profile,
     DeviceProfile,
     fedscale_task_time_s,
     flash_profile,
@@ -41,6 +42,7 @@ __all__ = [
     "diurnal",
     "fedscale_task_time_s",
     "flash_profile",
+    "load_device_profile",
     "load_fedscale_trace",
     "load_interval_csv",
     "load_interval_npz",

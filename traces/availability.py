@@ -506,7 +506,11 @@ class AvailabilityTrace:
 
     # ---------------------------------------------------------- transforms
     def restrict(self, clients) -> "AvailabilityTrace":
-        """Sub-trace of the given clients, renumbered ``0..k-1`` in the given order."""
+        """Sub-trace of the given clients, renumbered ``0..k-1`` in the given order.
+
+        A client may be listed more than once (a trace reused for a larger
+        population); external client ids are then dropped, since they would repeat.
+        """
         sel = self._client_index(clients).ravel()
         lengths = np.diff(self.offsets)[sel]
         offsets = np.zeros(sel.size + 1, dtype=np.int64)
@@ -522,7 +526,7 @@ class AvailabilityTrace:
             client_duration_s=None
             if self.client_duration_s is None
             else self.client_duration_s[sel],
-            client_ids=None if self.client_ids is None else self.client_ids[sel],
+            client_ids=None if self.client_ids is None or np.unique(sel).size < sel.size else self.client_ids[sel],
         )
 
     def clip(self, duration_s: float) -> "AvailabilityTrace":

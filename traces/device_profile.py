@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 
@@ -328,3 +329,48 @@ def fedscale_task_time_s(
     compute = augmentation_factor * batch_size * local_steps * ms / 1000.0
     comm = 2.0 * float(model_bytes) * 8.0 / 1000.0 / kbps
     return compute, comm
+
+
+PROFILE_COLUMNS = ("train_delay_s", "compute_speed", "down_kbps", "up_kbps")
+
+
+def load_device_profile(path: str | os.PathLike) -> DeviceProfile:
+    """A user's per-client device profile from a CSV (a header naming columns) or an NPZ (arrays).
+
+    Columns / arrays: ``train_delay_s`` (required: extra seconds per training task),
+    and optionally ``compute_speed`` (default 1), ``down_kbps`` and ``up_kbps``
+    (default ``inf``: no transfer time); one row / entry per client, in client
+    order (a ``client`` column, if present, must be 0..N-1 or 1..N and sets the
+    order). Anything else in the file is an error naming the file.
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    expected = f"a device profile ({suffix or 'csv/npz'} with {', '.join(PROFILE_COLUMNS)}; train_delay_s required)"
+    with reading(path, expected):
+        if suffix == ".npz":
+            with np.load(path, allow_pickle=False) as z:
+                cols = {k: np.asarray(z[k], np.float64) for k in z.files}
+        elif suffix == ".csv":
+            table = np.genfromtxt(path, delimiter=",", names=True, dtype=np.float64, ndmin=1)
+            if table.dtype.names is None:
+                raise DataFileError(path, f"no header row; expected {expected}")
+            cols = {k: np.atleast_1d(table[k]) for k in table.dtype.names}
+        else:
+            raise DataFileError(path, f"unknown extension {suffix!r}; expected .csv or .npz")
+        unknown = set(cols) - set(PROFILE_COLUMNS) - {"client"}
+        if unknown or "train_delay_s" not in cols:
+            raise DataFileError(path, f"columns {sorted(cols)}; expected {expected}")
+        n = cols["train_delay_s"].shape[0]
+        if "client" in cols:
+            ids = cols.pop("client").astype(np.int64)
+            base = 1 if n and ids.min() == 1 else 0
+            if sorted((ids - base).tolist()) != list(range(n)):
+                raise DataFileError(path, f"client ids must be 0..{n - 1} or 1..{n}, each once")
+            order = np.argsort(ids)
+            cols = {k: v[order] for k, v in cols.items()}
+        try:
+            return DeviceProfile(train_delay_s=cols["train_delay_s"], compute_speed=cols.get("compute_speed", np.ones(n)),
+                                 down_kbps=cols.get("down_kbps", np.full(n, np.inf)),
+                                 up_kbps=cols.get("up_kbps", np.full(n, np.inf)))
+        except ValueError as e:
+            raise DataFileError(path, str(e)) from None

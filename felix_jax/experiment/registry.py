@@ -6,21 +6,25 @@ Availability regimes: ``avail100`` (always available), ``avail90`` / ``avail50``
 and seed, with independent slots over the run's whole horizon, at least the
 paper's 144 and at most a week, which then repeats), ``mobiperf`` (the shared real trace ``mobiperf_3st_50``: AVL_TRAIN while
 charging, AVL_EVAL when not charging but battery >= 50%; held after its 6.2 days),
-and ``ref:NAME`` for any shared reference trace (``syn_0``, ``syn_20``, ``syn_50``,
-``mobiperf_2st``, ``mobiperf_3st_50``, ``mobiperf_3st_75``) as recorded.
+``ref:NAME`` for any shared reference trace (``syn_0``, ``syn_20``, ``syn_50``,
+``mobiperf_2st``, ``mobiperf_3st_50``, ``mobiperf_3st_75``) as recorded, and a
+path to a user's trace file (``my_trace.csv``: see :func:`make_trace`).
 Reference traces have 300 clients; a scenario with more reuses them cyclically.
 """
 
 from __future__ import annotations
 
 import math
+import os
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
 from ..models import cifar_cnn, mlp, speech_resnet
 from ..models.base import Model
-from ..traces import (AvailabilityTrace, DeviceProfile, always_available, flash_profile, load_reference_trace,
+from ..traces import (AvailabilityTrace, DeviceProfile, always_available, flash_profile, load_device_profile,
+                      load_fedscale_trace, load_interval_csv, load_interval_npz, load_reference_trace,
                       paper_halfnormal, reference_profile, slot_bernoulli)
 
 
@@ -50,16 +54,46 @@ AVAILABILITY: dict[str, Callable[..., AvailabilityTrace]] = {
 }
 
 
+TRACE_FILE_LOADERS: dict[str, Callable[[str], AvailabilityTrace]] = {
+    ".csv": load_interval_csv,
+    ".npz": load_interval_npz,
+    ".json": load_fedscale_trace,
+    ".pkl": load_fedscale_trace,
+    ".pickle": load_fedscale_trace,
+}
+
+
+def is_file_name(name: str) -> bool:
+    """A regime or profile name that names a file (by extension or a path separator)."""
+    return "/" in name or os.sep in name or Path(name).suffix.lower() in TRACE_FILE_LOADERS
+
+
 def make_trace(name: str, num_clients: int, seed: int, slot_s: float = 600.0,
                horizon_s: float = 86400.0) -> AvailabilityTrace:
     """The regime's trace; ``slot_s`` sets the slot length of the synthetic regimes (paper: 600 s)
-    and ``horizon_s`` how long a run may last (synthetic slots are drawn independently up to it)."""
+    and ``horizon_s`` how long a run may last (synthetic slots are drawn independently up to it).
+
+    A file name loads a user's trace by extension: ``.csv`` / ``.npz`` (the interval
+    formats of :mod:`felix_jax.traces.loaders`), ``.json`` / ``.pkl`` (FedScale's client
+    behaviour format, read without unpickling code). A trace with fewer clients than
+    the scenario is reused cyclically, like the reference traces.
+    """
     if name.startswith("ref:"):
         return _cycle(load_reference_trace(name[4:]), num_clients)
+    if is_file_name(name):
+        suffix = Path(name).suffix.lower()
+        if suffix not in TRACE_FILE_LOADERS:
+            raise KeyError(f"availability file {name!r}: unknown extension {suffix!r}; "
+                           f"known: {', '.join(TRACE_FILE_LOADERS)}")
+        trace = TRACE_FILE_LOADERS[suffix](name)
+        if trace.num_clients == 0:
+            raise KeyError(f"availability file {name!r} holds no clients")
+        return _cycle(trace, num_clients)
     try:
         make = AVAILABILITY[name]
     except KeyError:
-        raise KeyError(f"unknown availability regime {name!r}; known: {', '.join(AVAILABILITY)}, ref:NAME") from None
+        raise KeyError(f"unknown availability regime {name!r}; known: {', '.join(AVAILABILITY)}, ref:NAME, "
+                       f"or a trace file ({', '.join(TRACE_FILE_LOADERS)})") from None
     return make(num_clients, seed, slot_s, horizon_s)
 
 
@@ -71,10 +105,16 @@ DEVICE_PROFILES: dict[str, Callable[[int, int], DeviceProfile]] = {
 
 
 def make_profile(name: str, num_clients: int, seed: int) -> DeviceProfile:
+    """A named profile, or a user's profile file (``.csv`` / ``.npz``, see
+    :func:`~felix_jax.traces.load_device_profile`), reused cyclically if it has fewer clients."""
+    if "/" in name or os.sep in name or Path(name).suffix.lower() in (".csv", ".npz"):
+        profile = load_device_profile(name)
+        return profile.restrict(np.arange(num_clients) % profile.num_clients)
     try:
         return DEVICE_PROFILES[name](num_clients, seed)
     except KeyError:
-        raise KeyError(f"unknown device profile {name!r}; known: {', '.join(DEVICE_PROFILES)}") from None
+        raise KeyError(f"unknown device profile {name!r}; known: {', '.join(DEVICE_PROFILES)}, "
+                       "or a profile file (.csv, .npz)") from None
 
 
 MODELS: dict[str, Callable[[tuple, int], Model]] = {

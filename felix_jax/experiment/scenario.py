@@ -50,6 +50,7 @@ class Scenario:
     slot_s: float = 600.0  # slot length of the synthetic regimes avail90 / avail50 (paper: 600 s)
     device_profile: str = "paper_halfnormal"
     strategy: str = "fedbuff"
+    plugins: str = ""  # comma-separated .py files or modules that register policies (felix_jax.plugins)
     # options of the strategy's policies, over the strategy's defaults (fields of their configs)
     selector: dict = dataclasses.field(default_factory=dict)
     eval_selector: dict = dataclasses.field(default_factory=dict)
@@ -75,6 +76,10 @@ class Scenario:
     plan: str | None = None  # cohort execution plan; None picks per backend
 
     def __post_init__(self):
+        if self.plugins:  # plugin files by absolute path, so config.json reruns from any folder
+            object.__setattr__(self, "plugins", ",".join(
+                str(Path(p.strip()).expanduser().resolve()) if p.strip().endswith(".py") else p.strip()
+                for p in self.plugins.split(",") if p.strip()))
         for name, rule, allowed in _CHECKS:
             value = getattr(self, name)
             if value is not None and not rule(value):
@@ -91,8 +96,10 @@ class Scenario:
 
     def resolve_strategy(self):
         """The strategy with its policies' configs for this scenario (``ResolvedStrategy``)."""
+        from ..plugins import load_plugins
         from .strategies import resolve_strategy
 
+        load_plugins(self.plugins)
         try:
             return resolve_strategy(self.strategy, self.selector, self.eval_selector, self.aggregator)
         except KeyError as e:

@@ -1,0 +1,119 @@
+"""A user's own trace, device profile and policies, by name from the CLI and scenario files."""
+
+import json
+import textwrap
+
+import numpy as np
+import pytest
+
+from felix_jax.cli import main
+from felix_jax.experiment import Scenario, get_preset
+from felix_jax.experiment.registry import make_profile, make_trace
+from felix_jax.options import OptionError
+from felix_jax.traces import DataFileError, Tier, load_device_profile
+
+T, U = int(Tier.AVL_TRAIN), int(Tier.UN_AVL)
+
+HAND_TRACE = """client,time_s,state
+1,0,AVL_TRAIN
+1,300,UN_AVL
+1,900,AVL_TRAIN
+2,0,AVL_TRAIN
+3,0,UN_AVL
+3,120,AVL_TRAIN
+"""
+
+
+def test_a_hand_written_csv_trace_runs_from_the_cli(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "my_trace.csv").write_text(HAND_TRACE)
+    trace = make_trace("my_trace.csv", 6, seed=0)  # 3 clients reused cyclically for 6
+    assert trace.state_at(400.0).tolist() == [U, T, T, U, T, T]
+    assert trace.state_at(60.0).tolist() == [T, T, U, T, T, U]
+    rc = main(["run", "--preset", "tiny", "--set", "availability=my_trace.csv", "--set", "max_aggregations=3",
+               "--set", "num_clients=6", "--set", "concurrency=2", "--quiet", "--out", str(tmp_path / "out")])
+    assert rc == 0
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["scenario"]["availability"] == "my_trace.csv"
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["aggregations"] == 3
+
+
+def test_trace_file_errors_name_the_file(tmp_path):
+    bad = tmp_path / "t.csv"
+    bad.write_text("who,when\n1,2\n")
+    with pytest.raises(DataFileError, match="t.csv"):
+        make_trace(str(bad), 3, 0)
+    with pytest.raises(KeyError, match="unknown extension '.txt'"):
+        make_trace(str(tmp_path / "t.txt"), 3, 0)
+    with pytest.raises(SystemExit, match="t.csv"):
+        main(["run", "--preset", "tiny", "--set", f"availability={bad}", "--quiet", "--out", str(tmp_path / "o")])
+
+
+def test_device_profile_from_csv_and_npz(tmp_path):
+    (tmp_path / "p.csv").write_text("client,train_delay_s,down_kbps\n2,20,1000\n1,10,inf\n")
+    p = load_device_profile(tmp_path / "p.csv")
+    assert p.train_delay_s.tolist() == [10.0, 20.0] and p.down_kbps.tolist() == [np.inf, 1000.0]
+    assert p.compute_speed.tolist() == [1.0, 1.0]
+    np.savez(tmp_path / "p.npz", train_delay_s=np.array([1.0, 2.0, 3.0]))
+    assert make_profile(str(tmp_path / "p.npz"), 5, 0).train_delay_s.tolist() == [1.0, 2.0, 3.0, 1.0, 2.0]
+    (tmp_path / "q.csv").write_text("client,speed\n1,2\n")
+    with pytest.raises(DataFileError, match="q.csv: columns"):
+        load_device_profile(tmp_path / "q.csv")
+    (tmp_path / "r.csv").write_text("train_delay_s\n-1\n")
+    with pytest.raises(DataFileError, match="train_delay_s must be finite and >= 0"):
+        load_device_profile(tmp_path / "r.csv")
+
+
+PLUGIN = textwrap.dedent('''
+    import dataclasses
+    import numpy as np
+    from felix_jax import plugins
+    from felix_jax.policies import Aggregator, Selector
+
+    @dataclasses.dataclass(frozen=True)
+    class GreedyConfig:
+        fraction: float = 1.0
+
+    @plugins.selector("test-greedy-utility", config=GreedyConfig)
+    def make_greedy(config):
+        def select(state, ctx, k):
+            ids = np.flatnonzero(ctx.eligible)
+            best = ids[np.argsort(-ctx.view.utility[ids], kind="stable")]
+            return best[: max(1, int(config.fraction * k))], state
+        return Selector("test-greedy-utility", lambda: None, select)
+
+    @dataclasses.dataclass(frozen=True)
+    class FlatConfig:
+        server_lr: float = 0.3
+
+    @plugins.aggregator("test-flat", config=FlatConfig)
+    def make_flat(config):
+        return Aggregator("test-flat", lambda info: np.ones(len(info.staleness)), server_lr=config.server_lr)
+
+    plugins.strategy("test-felix-greedy", mode="async", knowledge="tiertrack", selector="test-greedy-utility",
+                     aggregator="test-flat", eval_selector="tierselect-eval")
+''')
+
+
+def test_a_users_selector_and_aggregator_run_through_compare(tmp_path):
+    (tmp_path / "my_policies.py").write_text(PLUGIN)
+    out = tmp_path / "cmp"
+    rc = main(["compare", "--scenario", "tiny", "--strategies", "test-felix-greedy,felix", "--availability",
+               "avail100", "--set", f"plugins={tmp_path / 'my_policies.py'}", "--set", "max_aggregations=2",
+               "--set", "aggregator.server_lr=0.2", "--quiet", "--out", str(out)])
+    assert rc == 0
+    config = json.loads(next((out / "runs").glob("test-felix-greedy-*")).joinpath("config.json").read_text())
+    assert config["policies"]["selector"] == {"fraction": 1.0}
+    assert config["policies"]["aggregator"] == {"server_lr": 0.2}
+    sc = Scenario.from_file(next((out / "runs").glob("test-felix-greedy-*")) / "config.json")
+    assert sc.resolve_strategy().strategy.selector == "test-greedy-utility"
+    # the plugin's own options, from --set
+    assert sc.with_overrides({"selector.fraction": "0.5"}).resolve_strategy().selector.fraction == 0.5
+
+
+def test_plugin_errors_are_one_line(tmp_path):
+    (tmp_path / "broken.py").write_text("raise RuntimeError('boom')\n")
+    with pytest.raises(OptionError, match=r"plugins=.*broken.py.*importing it failed \(RuntimeError: boom\)"):
+        get_preset("tiny").with_overrides({"plugins": str(tmp_path / "broken.py")})
+    with pytest.raises(OptionError, match="no such file"):
+        get_preset("tiny").with_overrides({"plugins": str(tmp_path / "missing.py")})
