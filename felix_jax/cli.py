@@ -4,10 +4,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
 
+from .options import OptionError
 from .traces import DataFileError
+
+# what a run or its inputs may raise that is the user's to fix: reported in one line, no traceback
+USER_ERRORS = (OSError, KeyError, DataFileError, OptionError)
+
+
+def _one_line(e: BaseException) -> str:
+    """The message of a user error, without the exception's repr noise (an OSError's errno)."""
+    if isinstance(e, OSError) and e.strerror:
+        return f"{e.filename}: {e.strerror}" if e.filename else e.strerror
+    return str(e.args[0]) if e.args else str(e) or type(e).__name__
 
 
 def _parse_sets(items: list[str]) -> dict[str, str]:
@@ -74,6 +86,7 @@ def _summary_table(summary: dict) -> str:
 def _run(args: argparse.Namespace) -> int:
     from .compile_cache import enable_compilation_cache
     from .experiment import Scenario, get_preset
+    from .experiment.results import OutputDirError, prepare_out_dir
     from .experiment.runner import run
 
     if args.list:
@@ -83,18 +96,34 @@ def _run(args: argparse.Namespace) -> int:
         scenario = Scenario.from_file(args.config) if args.config else get_preset(args.preset)
         scenario = scenario.with_overrides(_parse_sets(args.set or []))
     except (KeyError, ValueError) as e:
-        raise SystemExit(f"felix-jax run: {e.args[0] if e.args else e}")
+        raise SystemExit(f"felix-jax run: {_one_line(e)}")
     out = Path(args.out) if args.out else Path("results") / (
         f"{scenario.name}-{scenario.strategy}-{scenario.availability}-seed{scenario.seed}")
+    created = not out.exists()
+    try:  # before any training: a folder that cannot take the results, or holds another run's
+        prepare_out_dir(out, clear=args.overwrite, refuse_existing=True)
+    except OutputDirError as e:
+        raise SystemExit(f"felix-jax run: {e}")
     enable_compilation_cache()
     print(f"felix-jax run: {scenario.name} | strategy {scenario.strategy} | availability {scenario.availability} "
           f"| {scenario.num_clients} clients | results -> {out}", flush=True)
     try:
-        result = run(scenario, out, progress=not args.quiet)
-    except (FileNotFoundError, KeyError, DataFileError) as e:
-        raise SystemExit(f"felix-jax run: {e.args[0] if e.args else e}")
+        result = run(scenario, out, progress=not args.quiet, stop_on_signals=True)
+    except USER_ERRORS as e:
+        if created and not any(out.iterdir()):  # refused before it wrote anything: leave no empty folder
+            out.rmdir()
+        raise SystemExit(f"felix-jax run: {_one_line(e)}")
+    except KeyboardInterrupt:  # a second interrupt: stopped at once, metrics.csv holds what was reached
+        print(f"felix-jax run: interrupted twice, stopped at once; {out}/metrics.csv holds the checkpoints so far",
+              file=sys.stderr)
+        raise SystemExit(128 + signal.SIGINT)
     print(_summary_table(result.summary))
     print(f"results written to {out}/ (config.json, metrics.csv, summary.json, accuracy.png)")
+    if result.interrupted_by is not None:
+        name = signal.Signals(result.interrupted_by).name
+        print(f"felix-jax run: interrupted by {name} after {result.summary['aggregations']} aggregations; "
+              f"the results above are complete up to then", file=sys.stderr)
+        raise SystemExit(128 + result.interrupted_by)
     if result.summary["stop_reason"].startswith("diverged"):
         raise SystemExit(f"felix-jax run: {result.summary['stop_reason']}")
     return 0
@@ -105,11 +134,13 @@ def _compare(args: argparse.Namespace) -> int:
     from .experiment import get_preset
     from .experiment.compare import comparison_table, plot_comparison, run_matrix
     from .experiment.registry import make_trace
+    from .experiment.results import OutputDirError, prepare_out_dir
+    from .traces import REFERENCE_TRACE_NAMES
 
     try:
         base = get_preset(args.scenario).with_overrides(_parse_sets(args.set or []))
     except (KeyError, ValueError) as e:
-        raise SystemExit(f"felix-jax compare: {e.args[0] if e.args else e}")
+        raise SystemExit(f"felix-jax compare: {_one_line(e)}")
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     regimes = [r.strip() for r in args.availability.split(",") if r.strip()]
     try:
@@ -123,18 +154,25 @@ def _compare(args: argparse.Namespace) -> int:
             for seed in seeds:
                 base.with_overrides({"strategy": name, "seed": seed})
         except (KeyError, ValueError) as e:
-            raise SystemExit(f"felix-jax compare: {e.args[0] if e.args else e}")
-    for rg in regimes:
+            raise SystemExit(f"felix-jax compare: {_one_line(e)}")
+    for rg in regimes:  # the name, and the trace file it reads
         try:
+            if rg.startswith("ref:") and rg[4:] not in REFERENCE_TRACE_NAMES:
+                known = ", ".join("ref:" + n for n in REFERENCE_TRACE_NAMES)
+                raise KeyError(f"unknown reference trace; known: {known}")
             make_trace(rg, 1, 0)
-        except (KeyError, FileNotFoundError) as e:
-            raise SystemExit(f"felix-jax compare: availability {rg!r}: {e}")
+        except USER_ERRORS as e:
+            raise SystemExit(f"felix-jax compare: availability {rg!r}: {_one_line(e)}")
     out = Path(args.out or f"results/compare-{base.name}")
+    try:
+        prepare_out_dir(out)
+    except OutputDirError as e:
+        raise SystemExit(f"felix-jax compare: {e}")
     enable_compilation_cache()
     try:
-        rows = run_matrix(base, strategies, regimes, seeds, out, progress=not args.quiet)
-    except (FileNotFoundError, KeyError, DataFileError) as e:
-        raise SystemExit(f"felix-jax compare: {e.args[0] if e.args else e}")
+        rows = run_matrix(base, strategies, regimes, seeds, out, progress=not args.quiet, resume=not args.overwrite)
+    except USER_ERRORS as e:
+        raise SystemExit(f"felix-jax compare: {_one_line(e)}")
     reference = "felix" if "felix" in strategies else strategies[0]
     table = comparison_table(rows, strategies, regimes, reference)
     (out / "table.txt").write_text(table + "\n")
@@ -164,6 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a scenario field (repeatable)")
     run.add_argument("--out", help="results folder (default results/<name>-<strategy>-<availability>-seed<k>)")
     run.add_argument("--list", action="store_true", help="list presets, strategies and availability regimes")
+    run.add_argument("--overwrite", action="store_true",
+                     help="replace the results of an earlier run in --out (refused otherwise)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.set_defaults(func=_run)
     cmp_ = sub.add_parser("compare", help="run strategies x availability regimes x seeds and compare them")
@@ -173,6 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--seeds", default="0", help="comma-separated seeds")
     cmp_.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a scenario field (repeatable)")
     cmp_.add_argument("--out", help="output folder (default results/compare-<scenario>)")
+    cmp_.add_argument("--overwrite", action="store_true",
+                      help="rerun every cell (default: keep the cells that finished earlier with the same scenario)")
     cmp_.add_argument("--quiet", action="store_true", help="no progress bars")
     cmp_.set_defaults(func=_compare)
     demo = sub.add_parser("demo", help="FedAvg rounds of one vectorized cohort each: throughput and accuracy")

@@ -1,17 +1,111 @@
-"""A run's results folder: config.json, metrics.csv, summary.json, distributions.json, accuracy.png."""
+"""A run's results folder: config.json, metrics.csv, summary.json, distributions.json, accuracy.png.
+
+Nothing is held back until the end: ``config.json`` is written when the run
+starts, ``metrics.csv`` gains one flushed row per test checkpoint
+(:class:`MetricsStream`), and the rest is written when the run stops (also when
+it is interrupted). The folder is checked before any training
+(:func:`prepare_out_dir`).
+"""
 
 from __future__ import annotations
 
 import csv
-import dataclasses
 import json
+import tempfile
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
-from ..fleet.simulator import RunRecord
+from ..fleet.simulator import Checkpoint, RunRecord
 
 METRIC_COLUMNS = ["time_s", "hours", "version", "accuracy", "loss", "bytes_total", "staleness_mean", "interval_s"]
+# what a run writes into its folder (``--overwrite`` clears these, nothing else)
+RESULT_FILES = ("config.json", "metrics.csv", "summary.json", "distributions.json", "accuracy.png")
+
+
+class OutputDirError(ValueError):
+    """The results folder cannot be used; the message is one line naming it."""
+
+
+def prepare_out_dir(out_dir: str | Path, clear: bool = False, refuse_existing: bool = False) -> Path:
+    """Creates ``out_dir`` if needed and checks that files can be written in it (before any training).
+
+    ``refuse_existing``: a folder that already holds a run's ``config.json`` is refused
+    unless ``clear``. ``clear`` removes a previous run's result files (:data:`RESULT_FILES`,
+    nothing else), so no stale summary outlives the run that replaces it. Raises
+    :class:`OutputDirError`.
+    """
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise OutputDirError(f"results folder {out} is a file, not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):  # a write test: permissions, read-only mounts, /proc
+            pass
+    except OSError as e:
+        raise OutputDirError(f"cannot write results to {out}: {e.strerror or e}") from None
+    if refuse_existing and not clear and (out / "config.json").exists():
+        raise OutputDirError(f"{out} already holds a run's results (config.json): pass --overwrite to replace "
+                             "them or choose another --out (to continue a run, see felix-jax run --help)")
+    if clear:
+        for name in RESULT_FILES:
+            try:
+                (out / name).unlink(missing_ok=True)
+            except OSError as e:
+                raise OutputDirError(f"cannot remove {out / name}: {e.strerror or e}") from None
+    return out
+
+
+def write_config(out_dir: str | Path, config: dict) -> Path:
+    path = Path(out_dir) / "config.json"
+    path.write_text(json.dumps(config, indent=2, default=str))
+    return path
+
+
+def metric_row(cp: Checkpoint) -> list:
+    """One ``metrics.csv`` row (:data:`METRIC_COLUMNS`) for a test checkpoint."""
+    return [cp.time_s, cp.time_s / 3600, cp.version, cp.accuracy, cp.loss, cp.bytes_total, cp.staleness_mean,
+            cp.interval_s]
+
+
+def write_metrics_csv(path: str | Path, checkpoints: list[Checkpoint]) -> Path:
+    """``metrics.csv`` in one go (the same bytes as a :class:`MetricsStream` over these checkpoints)."""
+    with MetricsStream(path) as stream:
+        for cp in checkpoints:
+            stream(cp)
+    return Path(path)
+
+
+class MetricsStream:
+    """Writes ``metrics.csv`` as a run goes: the header on opening, then one row per checkpoint,
+    flushed to the operating system at once, so a killed run keeps every checkpoint it reached.
+    Use it as the simulator's ``on_checkpoint`` callback."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._file: IO[str] | None = open(self.path, "w", newline="")
+        self._writer = csv.writer(self._file)
+        self._write(METRIC_COLUMNS)
+
+    def _write(self, row: list) -> None:
+        assert self._file is not None, "metrics stream is closed"
+        self._writer.writerow(row)
+        self._file.flush()
+
+    def __call__(self, cp: Checkpoint) -> None:
+        self._write(metric_row(cp))
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def __enter__(self) -> "MetricsStream":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def summarize(record: RunRecord, seed: int, batches: dict) -> dict:
@@ -38,17 +132,15 @@ def summarize(record: RunRecord, seed: int, batches: dict) -> dict:
     return out
 
 
-def write_results(out_dir: str | Path, config: dict, record: RunRecord, summary: dict, plot: bool = True) -> Path:
+def write_results(out_dir: str | Path, config: dict, record: RunRecord, summary: dict, plot: bool = True,
+                  streamed: bool = False) -> Path:
+    """The whole results folder; ``streamed``: config.json and metrics.csv were written as the run
+    went (:func:`write_config`, :class:`MetricsStream`), only the end-of-run files remain."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(config, indent=2, default=str))
-    with open(out / "metrics.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(METRIC_COLUMNS)
-        for c in record.checkpoints:
-            d = dataclasses.asdict(c)
-            w.writerow([d["time_s"], d["time_s"] / 3600, d["version"], d["accuracy"], d["loss"], d["bytes_total"],
-                        d["staleness_mean"], d["interval_s"]])
+    if not streamed:
+        write_config(out, config)
+        write_metrics_csv(out / "metrics.csv", record.checkpoints)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     a = record.accounting
     (out / "distributions.json").write_text(json.dumps({

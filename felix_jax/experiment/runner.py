@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -15,14 +18,14 @@ from ..data.federated import held_out_to_device, to_device
 from ..data.loaders import load_dataset
 from ..data.partition import (dirichlet_partition, dirichlet_sized_partition, iid_partition, partition_by_key,
                               scale_counts)
-from ..traces import load_reference_clients
+from ..traces import REFERENCE_TRACE_NAMES, load_reference_clients
 from ..fleet.config import FleetConfig, StopRule
 from ..fleet.modes import AsyncMode, SyncMode
 from ..fleet.simulator import Checkpoint, FleetSimulator, RunRecord
-from ..options import to_json
+from ..options import OptionError, to_json
 from ..policies import make_aggregator, make_selector
 from .registry import make_model, make_profile, make_trace
-from .results import summarize, write_results
+from .results import MetricsStream, prepare_out_dir, summarize, write_config, write_results
 from .scenario import Scenario
 
 
@@ -32,12 +35,20 @@ class RunResult:
     record: RunRecord
     summary: dict
     out_dir: Path | None
+    interrupted_by: int | None = None  # the signal that stopped the run (stop_reason "interrupted")
 
 
 def build_simulator(sc: Scenario, on_checkpoint=None) -> FleetSimulator:
+    """The fleet for ``sc``. Raises :class:`~felix_jax.options.OptionError` (one line) for a
+    scenario that is valid field by field but not as a whole, or not for its data."""
     resolved = sc.resolve_strategy()
     strategy = resolved.strategy
+    _check_fleet(sc, strategy.mode)
     ds = load_dataset(sc.dataset)
+    for field, wanted, have, kind in (("num_train", sc.num_train, len(ds.train_y), "training"),
+                                      ("num_test", sc.num_test, len(ds.test_y), "test")):
+        if wanted is not None and wanted > have:  # refused, not silently clamped
+            raise OptionError(f"{field}={wanted}: data set {sc.dataset!r} has only {have} {kind} samples")
     if sc.num_train is not None or sc.num_test is not None:
         ds = ds.subset(sc.num_train, sc.num_test)
     seeds = np.random.SeedSequence(sc.seed).spawn(4)  # partition, trace, profile, model init
@@ -82,6 +93,16 @@ def build_simulator(sc: Scenario, on_checkpoint=None) -> FleetSimulator:
         on_checkpoint=on_checkpoint)
 
 
+def _check_fleet(sc: Scenario, mode: str) -> None:
+    """Checks across fields that scenario validation cannot make alone (before any data is loaded)."""
+    if sc.availability.startswith("ref:") and sc.availability[4:] not in REFERENCE_TRACE_NAMES:
+        raise OptionError(f"availability={sc.availability!r}: unknown reference trace; known: "
+                          + ", ".join(f"ref:{n}" for n in REFERENCE_TRACE_NAMES))
+    if mode == "sync" and sc.aggregation_goal > sc.num_clients:
+        raise OptionError(f"aggregation_goal={sc.aggregation_goal}: a sync round needs that many distinct clients "
+                          f"but the population has num_clients={sc.num_clients}")
+
+
 def reference_sizes(num_clients: int, num_samples: int) -> np.ndarray:
     """The paper's per-client CIFAR-10 sizes (shared reference file; cycled past 300
     clients), scaled in proportion when the data set holds fewer samples."""
@@ -90,20 +111,26 @@ def reference_sizes(num_clients: int, num_samples: int) -> np.ndarray:
 
 
 class _Progress:
-    """A tqdm bar over virtual hours with version / accuracy in the postfix."""
+    """A tqdm bar over virtual hours with version / accuracy in the postfix; without a
+    virtual-time limit (``max_virtual_hours=inf``) a counter of virtual hours."""
 
     def __init__(self, sc: Scenario, enabled: bool):
         self.bar = None
+        self.total = sc.max_virtual_hours if math.isfinite(sc.max_virtual_hours) else None
         if enabled:
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=round(sc.max_virtual_hours, 2), unit="vh", file=sys.stderr, leave=True,
-                            desc=f"{sc.strategy}/{sc.availability}", bar_format="{l_bar}{bar}| {n:.2f}/{total} "
-                            "virtual h [{elapsed}<{remaining}{postfix}]")
+            if self.total is None:
+                fmt = "{desc}: {n:.2f} virtual h [{elapsed}{postfix}]"
+            else:
+                fmt = "{l_bar}{bar}| {n:.2f}/{total} virtual h [{elapsed}<{remaining}{postfix}]"
+            self.bar = tqdm(total=None if self.total is None else round(self.total, 2), unit="vh", file=sys.stderr,
+                            leave=True, desc=f"{sc.strategy}/{sc.availability}", bar_format=fmt)
 
     def __call__(self, cp: Checkpoint) -> None:
         if self.bar is not None:
-            self.bar.n = round(min(cp.time_s / 3600, self.bar.total), 2)
+            hours = cp.time_s / 3600 if self.total is None else min(cp.time_s / 3600, self.bar.total)
+            self.bar.n = round(hours, 2)
             self.bar.set_postfix_str(f"v{cp.version} acc {cp.accuracy:.3f}", refresh=True)
 
     def close(self) -> None:
@@ -111,20 +138,103 @@ class _Progress:
             self.bar.close()
 
 
-def run(sc: Scenario, out_dir: str | Path | None = None, progress: bool = False, plot: bool = True) -> RunResult:
+class _StopOnSignals:
+    """While active, SIGINT and SIGTERM ask the simulator to stop after the event in progress
+    (stop reason ``"interrupted"``); a second signal stops at once (KeyboardInterrupt for SIGINT,
+    SystemExit(128 + signal) for SIGTERM). The previous handlers come back on exit. Only the main
+    thread may install handlers; elsewhere this does nothing. A SIGINT that is ignored (a shell's
+    background job) stays ignored."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled and threading.current_thread() is threading.main_thread()
+        self.signum: int | None = None
+        self._sim: FleetSimulator | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> "_StopOnSignals":
+        if self.enabled:
+            for sig in self.SIGNALS:
+                previous = signal.getsignal(sig)
+                if sig == signal.SIGINT and previous == signal.SIG_IGN:
+                    continue
+                self._previous[sig] = previous
+                signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, _frame) -> None:
+        if self.signum is not None:
+            self._restore()
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            raise SystemExit(128 + signum)
+        self.signum = signum
+        if self._sim is not None:
+            self._sim.request_stop("interrupted")
+
+    def attach(self, sim: FleetSimulator) -> None:
+        """From now on a signal stops ``sim``; one that came while it was being built stops it now."""
+        self._sim = sim
+        if self.signum is not None:
+            sim.request_stop("interrupted")
+
+    def _restore(self) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, signal.SIG_DFL if previous is None else previous)
+        self._previous = {}
+
+    def __exit__(self, *exc) -> None:
+        self._restore()
+
+
+def run_config(sc: Scenario, sim: FleetSimulator) -> dict[str, Any]:
+    """``config.json``: the scenario and everything resolved from it (known before the run starts)."""
+    resolved = sc.resolve_strategy()
+    return {"scenario": sc.to_json(), "strategy": resolved.strategy.to_json(), "policies": resolved.to_json(),
+            "update_guard": to_json(sim.update_guard), "fleet": to_json(sim.cfg),
+            "model": {"name": sim.model.name, "num_params": sim.model.num_params,
+                      "bytes_on_wire": sim.model.bytes_on_wire},
+            "backend": jax.default_backend(), "jax": jax.__version__}
+
+
+def run(sc: Scenario, out_dir: str | Path | None = None, progress: bool = False, plot: bool = True,
+        stop_on_signals: bool = False) -> RunResult:
+    """Builds and runs ``sc``; with ``out_dir``, writes its results folder as the run goes.
+
+    The folder is checked (created, writable) before any work and a previous run's result
+    files in it are removed; ``config.json`` is written once the fleet is built,
+    ``metrics.csv`` gains a flushed row at every test checkpoint, and ``summary.json``,
+    ``distributions.json`` and ``accuracy.png`` are written when the run stops.
+    ``stop_on_signals``: during the run, SIGINT / SIGTERM stop it after the current event;
+    the results are then complete up to that point, with stop reason ``"interrupted"`` and
+    ``RunResult.interrupted_by`` set to the signal (the ``felix-jax run`` command uses this).
+    """
+    out = prepare_out_dir(out_dir, clear=True) if out_dir is not None else None
     bar = _Progress(sc, progress)
-    sim = build_simulator(sc, on_checkpoint=bar)
-    try:
-        record = sim.run()
-    finally:
-        bar.close()
+    stream: MetricsStream | None = None
+
+    def on_checkpoint(cp: Checkpoint) -> None:
+        if stream is not None:
+            stream(cp)
+        bar(cp)
+
+    with _StopOnSignals(stop_on_signals) as signals:
+        try:
+            sim = build_simulator(sc, on_checkpoint=on_checkpoint)
+            config = run_config(sc, sim)
+            if out is not None:
+                write_config(out, config)
+                stream = MetricsStream(out / "metrics.csv")
+            signals.attach(sim)
+            record = sim.run()
+        finally:
+            bar.close()
+            if stream is not None:
+                stream.close()
     summary = summarize(record, sc.seed, sim.engine.batch_summary())
     summary["flush_tasks_mean"] = float(np.mean(sim.executor.flush_sizes)) if sim.executor.flush_sizes else 0.0
-    resolved = sc.resolve_strategy()
-    config: dict[str, Any] = {"scenario": sc.to_json(), "strategy": resolved.strategy.to_json(),
-                              "policies": resolved.to_json(), "update_guard": to_json(sim.update_guard),
-                              "fleet": to_json(sim.cfg), "model": {"name": sim.model.name,
-                              "num_params": sim.model.num_params, "bytes_on_wire": sim.model.bytes_on_wire},
-                              "backend": jax.default_backend(), "jax": jax.__version__}
-    out = write_results(out_dir, config, record, summary, plot=plot) if out_dir is not None else None
-    return RunResult(sc, record, summary, out)
+    if out is not None:
+        write_results(out, config, record, summary, plot=plot, streamed=True)
+    return RunResult(sc, record, summary, out, interrupted_by=signals.signum if record.stop_reason == "interrupted"
+                     else None)
