@@ -101,3 +101,56 @@ def test_cli_missing_data_is_a_clean_error(monkeypatch):
     monkeypatch.delenv("FELIX_JAX_DATA", raising=False)
     with pytest.raises(SystemExit, match="FELIX_JAX_DATA"):
         main(["run", "--preset", "cifar10-small", "--quiet", "--out", "/tmp/never-written"])
+
+
+def test_results_stream_to_disk_as_the_run_goes(tmp_path, monkeypatch):
+    import csv
+
+    from felix_jax.experiment import runner
+    from felix_jax.experiment.results import METRIC_COLUMNS, write_metrics_csv
+
+    seen = []  # at each checkpoint: (config.json written?, metrics rows on disk, summary.json written?)
+
+    def watch(self, cp):
+        rows = list(csv.reader(open(tmp_path / "r" / "metrics.csv", newline="")))
+        assert rows[0] == METRIC_COLUMNS
+        seen.append(((tmp_path / "r" / "config.json").exists(), len(rows) - 1,
+                     (tmp_path / "r" / "summary.json").exists()))
+
+    monkeypatch.setattr(runner._Progress, "__call__", watch)
+    result = run(TINY.with_overrides({"max_aggregations": "4", "target_accuracy": "none"}), tmp_path / "r")
+    assert seen == [(True, n, False) for n in range(1, len(result.record.checkpoints) + 1)]
+    # the streamed file is byte for byte the one the end-of-run writer makes
+    write_metrics_csv(tmp_path / "whole.csv", result.record.checkpoints)
+    assert (tmp_path / "r" / "metrics.csv").read_bytes() == (tmp_path / "whole.csv").read_bytes()
+
+
+def test_a_signal_stops_the_run_after_the_current_event_and_handlers_come_back(tmp_path, monkeypatch):
+    import os
+    import signal
+
+    from felix_jax.experiment import runner
+
+    def interrupt_at_version_2(self, cp):
+        if cp.version == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    monkeypatch.setattr(runner._Progress, "__call__", interrupt_at_version_2)
+    sc = TINY.with_overrides({"max_aggregations": "50", "target_accuracy": "none"})
+    result = run(sc, tmp_path / "r", stop_on_signals=True)
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+    assert result.interrupted_by == signal.SIGTERM
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["stop_reason"] == "interrupted" and summary["aggregations"] == 2
+    assert len((tmp_path / "r" / "metrics.csv").read_text().splitlines()) == 1 + 3  # versions 0, 1, 2
+
+
+def test_request_stop_keeps_a_stop_reason_already_given():
+    from felix_jax.experiment.runner import build_simulator
+
+    sim = build_simulator(TINY)
+    sim.request_stop("asked")
+    sim.request_stop("asked again")
+    record = sim.run()
+    assert record.stop_reason == "asked" and len(record.checkpoints) == 1 and record.aggregation_times == [0.0]
