@@ -78,6 +78,24 @@ class VersionStore:
         self._free.append(slot)
         self._free.sort()
 
+    def state_dict(self) -> dict:
+        """Host bookkeeping plus the live versions' parameters as device rows (snapshots).
+
+        Only live slots are kept: a free slot is always written before it is read.
+        ``rows`` has leaves (live versions, ...) in ``versions`` order, or is None.
+        """
+        versions = self.versions
+        slots = [self._slot_of[v] for v in versions]
+        rows = _gather_rows(self.stacked, jnp.asarray(np.asarray(slots, np.int32))) if slots else None
+        return {"capacity": self.capacity, "versions": versions, "slots": slots, "free": list(self._free),
+                "rows": rows}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.capacity = int(state["capacity"])
+        self.stacked = _stack_rows(self.stacked, self.capacity, state["slots"], state["rows"])
+        self._slot_of = {int(v): int(s) for v, s in zip(state["versions"], state["slots"])}
+        self._free = [int(s) for s in state["free"]]
+
     def _grow(self) -> None:
         # Doubling keeps the number of distinct store shapes (and recompiles) logarithmic.
         old = self.capacity
@@ -94,6 +112,14 @@ def _scatter_rows(stacked: Params, slots: jax.Array, rows: Params) -> Params:
 @jax.jit
 def _gather_rows(stacked: Params, slots: jax.Array) -> Params:
     return jax.tree_util.tree_map(lambda s: s[slots], stacked)
+
+
+def _stack_rows(like: Params, size: int, slots, rows: Params | None) -> Params:
+    """A stacked store of ``size`` zero rows (shapes and dtypes of ``like``'s rows) with ``rows`` at ``slots``."""
+    stacked = jax.tree_util.tree_map(lambda s: jnp.zeros((size,) + s.shape[1:], s.dtype), like)
+    if rows is None:
+        return stacked
+    return _scatter_rows(stacked, jnp.asarray(np.asarray(slots, np.int32)), rows)
 
 
 class DeltaStore:
@@ -135,6 +161,19 @@ class DeltaStore:
     @property
     def num_used(self) -> int:
         return self.capacity - len(self._free)
+
+    def state_dict(self) -> dict:
+        """Host bookkeeping plus the rows in use as device rows (snapshots); free rows and the trash row
+        are always written before they are read, so they are not kept."""
+        free = set(self._free)
+        used = [s for s in range(self.capacity) if s not in free]
+        rows = self.gather(used) if used else None
+        return {"capacity": self.capacity, "used": used, "free": list(self._free), "rows": rows}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.capacity = int(state["capacity"])
+        self.stacked = _stack_rows(self.stacked, self.capacity + 1, state["used"], state["rows"])
+        self._free = [int(s) for s in state["free"]]
 
     def _grow(self) -> None:
         old = self.capacity

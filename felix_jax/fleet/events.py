@@ -45,3 +45,12 @@ class EventQueue:
 
     def has(self, kind: EventKind) -> bool:
         return any(e.kind == kind for e in self._heap)
+
+    def state_dict(self) -> dict:
+        """The heap as it lies and the next sequence number (snapshots)."""
+        return {"heap": list(self._heap), "seq": self._seq}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._heap = [Event(float(e.time), int(e.seq), EventKind(e.kind), e.payload) for e in state["heap"]]
+        heapq.heapify(self._heap)  # a no-op on a saved heap; guards the invariant all the same
+        self._seq = int(state["seq"])

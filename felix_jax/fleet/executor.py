@@ -90,6 +90,22 @@ class LazyExecutor:
         """Frees the row of an update that will not be aggregated (discarded late update)."""
         self.deltas.free([outcome.slot])
 
+    def state_dict(self) -> dict:
+        """Pending (not yet computed) tasks in submission order, computed results not yet taken, and
+        both device stores (snapshots). Pending tasks stay pending: a resumed run computes them in the
+        same flush as an uninterrupted one."""
+        return {"pending": list(self._pending.values()), "done": dict(self._done),
+                "flush_sizes": list(self.flush_sizes), "current_version": self.current_version,
+                "store": self.store.state_dict(), "deltas": self.deltas.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._pending = {p.task_id: p for p in state["pending"]}
+        self._done = dict(state["done"])
+        self.flush_sizes = list(state["flush_sizes"])
+        self.current_version = state["current_version"]
+        self.store.load_state_dict(state["store"])
+        self.deltas.load_state_dict(state["deltas"])
+
     @property
     def num_pending(self) -> int:
         return len(self._pending)

@@ -42,6 +42,12 @@ class AsyncMode:
             batch, self.buffer = self.buffer[:k], self.buffer[k:]
             sim.aggregate(batch)
 
+    def state_dict(self) -> dict:
+        return {"buffer": list(self.buffer)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.buffer = list(state["buffer"])
+
 
 class SyncMode:
     name = "sync"
@@ -76,3 +82,11 @@ class SyncMode:
         else:
             sim.acct.discarded_updates += 1
             sim.executor.drop_delta(update.outcome)
+
+    def state_dict(self) -> dict:
+        return {"round": self.round, "dispatched": self.dispatched, "fresh": list(self.fresh),
+                "stale": list(self.stale)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.round, self.dispatched = int(state["round"]), int(state["dispatched"])
+        self.fresh, self.stale = list(state["fresh"]), list(state["stale"])
