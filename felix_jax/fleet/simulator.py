@@ -33,6 +33,7 @@ from .executor import EvalOutcome, LazyExecutor, TrainOutcome
 from .knowledge import Knowledge, notifications_between, refresh_view
 from .lifecycle import task_timeline
 from .server_optimizer import make_server_optimizer, server_step, weighted_mean_delta
+from .snapshot import SnapshotPolicy, load_snapshot, save_snapshot
 from .tasks import Task
 from .update_guard import (UpdateGuardConfig, Verdict, judge_updates, remember_norms, tree_all_finite,
                            update_health, zero_rejected)
@@ -82,14 +83,19 @@ def _finite_utility(u) -> float:
 
 
 class FleetSimulator:
-    """Runs one strategy on one fleet; ``run()`` returns a :class:`RunRecord`."""
+    """Runs one strategy on one fleet; ``run()`` returns a :class:`RunRecord`.
+
+    Resumable (``snapshot.py``): under a :class:`~.snapshot.SnapshotPolicy` the
+    run writes snapshots between events; ``restore(path)`` on a simulator freshly
+    built from the same scenario, then ``run()``, continues the run exactly.
+    """
 
     def __init__(self, *, model: Model, engine: CohortEngine, trace: AvailabilityTrace, profile: DeviceProfile,
                  test: HeldOutSet, init_params: Params, config: FleetConfig, selector: Selector,
                  aggregator: Aggregator, mode: Any, stop: StopRule, seed: int = 0,
                  eval_selector: Selector | None = None, eval_budget: int = 0,
                  on_checkpoint: Callable[[Checkpoint], None] | None = None,
-                 update_guard: UpdateGuardConfig = UpdateGuardConfig()):
+                 update_guard: UpdateGuardConfig = UpdateGuardConfig(), snapshot: SnapshotPolicy | None = None):
         if trace.num_clients < engine.data.num_clients:
             raise ValueError(f"trace has {trace.num_clients} clients but the data has {engine.data.num_clients}")
         self.model, self.engine, self.trace, self.profile = model, engine, trace, profile
@@ -98,6 +104,8 @@ class FleetSimulator:
         self.eval_selector, self.eval_budget = eval_selector, eval_budget
         self.on_checkpoint = on_checkpoint
         self.update_guard = update_guard
+        self.seed = seed
+        self.snapshot = snapshot
         self._guard_norms = np.zeros(0, np.float64)  # norms of recently accepted updates, oldest first
         self._guard_empty_buffers = 0  # buffers in a row without an accepted update
         counts = engine.counts
@@ -117,7 +125,6 @@ class FleetSimulator:
         self.executor = LazyExecutor(engine, VersionStore(init_params, capacity=8))
         self.executor.publish(0, init_params)
         self.tasks: dict[int, Task] = {}
-        self.buffer: list[Update] = []
         self.now = 0.0
         self._next_task_id = 0
         self._sel_state = selector.init()
@@ -129,6 +136,10 @@ class FleetSimulator:
         self._accuracies: list[float] = []
         self._stop_reason: str | None = None
         self._time_to_target: float | None = None
+        self._events = 0  # events processed
+        self._started = False  # the initial checkpoint and first dispatch are done (run() or restore())
+        self._snapshot_version = 0  # model version at the last snapshot (or restore)
+        self._snapshot_clock = 0.0  # host perf_counter at the last snapshot (or at run() start)
         self._eval_samples = np.minimum(counts, engine.num_eval_batches(np.arange(len(counts)))
                                         * engine.train_cfg.batch_size)
 
@@ -141,10 +152,13 @@ class FleetSimulator:
         return [t for t in self.tasks.values() if t.kind == kind and t.in_flight and not t.replied]
 
     def run(self) -> RunRecord:
+        """Runs to a stop; after :meth:`restore`, continues the restored run from its snapshot."""
         t_host = time.perf_counter()
-        events = 0
-        self._checkpoint()  # accuracy of the initial model at t=0
-        self.mode.refill(self)
+        self._snapshot_clock = t_host
+        if not self._started:
+            self._started = True
+            self._checkpoint()  # accuracy of the initial model at t=0
+            self.mode.refill(self)
         while self._stop_reason is None:
             if not len(self.queue):
                 self._stop_reason = "stalled: no pending events (every task waits on a client that never returns)"
@@ -155,13 +169,42 @@ class FleetSimulator:
                 break
             ev = self.queue.pop()
             self.now = ev.time
-            events += 1
+            self._events += 1
             handler = {EventKind.REPLY: self._on_reply, EventKind.CLIENT_LEFT: self._on_client_left,
                        EventKind.TIMEOUT: self._on_timeout, EventKind.WAKE: self._on_wake}[ev.kind]
             handler(ev.payload)
+            if self.snapshot is not None and self._stop_reason is None:
+                self._maybe_snapshot()
         self._count_notifications()
         return RunRecord(self.checkpoints, self.aggregation_times, self.acct, self._stop_reason,
-                         self._time_to_target, self.now, time.perf_counter() - t_host, events, self.params)
+                         self._time_to_target, self.now, time.perf_counter() - t_host, self._events, self.params)
+
+    def restore(self, path) -> None:
+        """Loads a snapshot (a snapshot root or one snapshot folder) into this freshly built simulator.
+
+        The simulator must come from the scenario that wrote the snapshot (else a
+        :class:`~.snapshot.SnapshotError`, one line) and must not have run yet;
+        ``run()`` then continues where the snapshot was taken.
+        """
+        if self._started:
+            raise RuntimeError("restore() needs a freshly built simulator; this one has already run")
+        load_snapshot(self, path)
+        self._started = True
+        self._snapshot_version = self.version
+
+    def _maybe_snapshot(self) -> None:
+        """Between two events (a consistent point): a snapshot if the policy says one is due."""
+        policy = self.snapshot
+        n = policy.every_aggregations
+        by_count = n is not None and self.version // n > self._snapshot_version // n  # at multiples of n
+        by_clock = (policy.every_minutes is not None
+                    and time.perf_counter() - self._snapshot_clock >= 60.0 * policy.every_minutes)
+        if not (by_count or by_clock):
+            return
+        path = save_snapshot(self, policy.path, keep=policy.keep)
+        self._snapshot_version, self._snapshot_clock = self.version, time.perf_counter()
+        if policy.on_saved is not None:
+            policy.on_saved(path)
 
     # --------------------------------------------------------------- dispatch
     def refresh_view(self) -> None:

@@ -1,0 +1,481 @@
+"""Resumable runs: snapshot a :class:`~.simulator.FleetSimulator` and restore it (DESIGN.md "Nothing lost").
+
+A snapshot is taken between two events (a consistent point: no handler is half
+done) and holds everything a run depends on: the model, the server optimizer
+state, the executor's live model versions, stored deltas, pending (not yet
+computed) tasks and computed results, the event queue with its sequence
+counter, the tasks, the server view, the mode's buffers, the selectors' states,
+the update guard's memory, the host RNG state, accounting, checkpoints and
+counters. Device keys need no state: a task's key is ``fold_in(key, task_id)``.
+A run restored from a snapshot and run on produces the very same checkpoints,
+accounting and final parameters as the uninterrupted run (same backend).
+
+On disk, a snapshot root holds ``LATEST`` (the name of the current snapshot) and
+one folder per snapshot::
+
+    snap-000008-000000123/       version 8, 123 events processed
+      host.json                  host state (strict JSON) and the scenario fingerprint
+      host.npz                   the host state's numpy arrays (no pickle)
+      device/                    the device arrays (orbax-checkpoint)
+
+Writing is atomic: a snapshot is written to a temporary folder, renamed into
+place, and only then does ``LATEST`` (replaced atomically) point to it; older
+snapshots are removed last. A process killed at any moment leaves ``LATEST``
+naming a complete snapshot.
+
+The host state is encoded by :func:`encode` / :func:`decode` (tagged JSON):
+records (NamedTuples and dataclasses) are rebuilt only from an allow-list of
+known types, never by importing names read from the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+import jax
+import numpy as np
+
+if TYPE_CHECKING:
+    from .simulator import FleetSimulator
+
+FORMAT = 1
+LATEST = "LATEST"
+_HOST_JSON, _HOST_NPZ, _DEVICE = "host.json", "host.npz", "device"
+
+
+class SnapshotError(ValueError):
+    """A snapshot that cannot be restored here (missing, corrupt, or from another scenario)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SnapshotPolicy:
+    """When a running simulator writes a snapshot to ``path`` (a folder, created if needed).
+
+    At every multiple of ``every_aggregations`` model versions and/or every
+    ``every_minutes`` of host wall-clock time, checked after each event. ``keep`` snapshots are kept
+    (the newest). ``on_saved`` is called with each new snapshot's folder.
+
+    >>> SnapshotPolicy("run/snapshot", every_aggregations=50).keep
+    1
+    """
+
+    path: str | Path
+    every_aggregations: int | None = None
+    every_minutes: float | None = None
+    keep: int = 1
+    on_saved: Callable[[Path], None] | None = None
+
+    def __post_init__(self):
+        if self.every_aggregations is None and self.every_minutes is None:
+            raise ValueError("snapshot policy: give every_aggregations and/or every_minutes")
+        n = self.every_aggregations
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ValueError(f"snapshot policy: every_aggregations must be an integer >= 1, got {n!r}")
+        m = self.every_minutes
+        if m is not None and (isinstance(m, bool) or not isinstance(m, (int, float)) or not m > 0
+                              or not math.isfinite(m)):
+            raise ValueError(f"snapshot policy: every_minutes must be a number > 0, got {m!r}")
+        if isinstance(self.keep, bool) or not isinstance(self.keep, int) or self.keep < 1:
+            raise ValueError(f"snapshot policy: keep must be an integer >= 1, got {self.keep!r}")
+
+
+# --------------------------------------------------------------------- host codec
+def _type_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _is_record(v) -> bool:
+    return (isinstance(v, tuple) and hasattr(type(v), "_fields")) or (
+        dataclasses.is_dataclass(v) and not isinstance(v, type))
+
+
+def _record_fields(v) -> dict:
+    if isinstance(v, tuple):
+        return dict(zip(v._fields, v))
+    return {f.name: getattr(v, f.name) for f in dataclasses.fields(v)}
+
+
+def record_types(*templates) -> dict[str, type]:
+    """Every record and enum type inside ``templates`` (walked recursively), by name."""
+    found: dict[str, type] = {}
+
+    def walk(v):
+        if isinstance(v, enum.Enum):
+            found[_type_name(type(v))] = type(v)
+        elif _is_record(v):
+            found[_type_name(type(v))] = type(v)
+            for x in _record_fields(v).values():
+                walk(x)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x)
+        elif isinstance(v, dict):
+            for x in v.values():
+                walk(x)
+
+    for t in templates:
+        walk(t)
+    return found
+
+
+_INT64 = (-(2 ** 63), 2 ** 63 - 1)
+
+
+class _Encoder:
+    """Host values -> strict JSON; numpy arrays and long numeric lists go to ``arrays`` (an NPZ),
+    device arrays to ``device`` (orbax)."""
+
+    def __init__(self):
+        self.arrays: dict[str, np.ndarray] = {}
+        self.device: dict[str, jax.Array] = {}
+
+    def _array(self, a: np.ndarray) -> str:
+        if a.dtype.hasobject:
+            raise TypeError("snapshot: object arrays cannot be stored without pickle")
+        name = f"a{len(self.arrays)}"
+        self.arrays[name] = a
+        return name
+
+    def encode(self, v) -> Any:
+        t = type(v)
+        if v is None or t is bool or t is str:
+            return v
+        if t is int:
+            return v
+        if t is float:
+            return v if math.isfinite(v) else {"$float": repr(v)}
+        if isinstance(v, enum.Enum):
+            return {"$enum": _type_name(t), "value": self.encode(v.value)}
+        if isinstance(v, jax.Array):
+            name = f"d{len(self.device)}"
+            self.device[name] = v
+            return {"$device": name}
+        if isinstance(v, np.ndarray):
+            return {"$array": self._array(v)}
+        if isinstance(v, np.generic):  # exact bits and type of a numpy scalar
+            return {"$scalar": v.dtype.str, "hex": v.tobytes().hex()}
+        if _is_record(v):
+            return {"$record": _type_name(t), "fields": {k: self.encode(x) for k, x in _record_fields(v).items()}}
+        if t is tuple:
+            return {"$tuple": [self.encode(x) for x in v]}
+        if t is dict:
+            if all(type(k) is str and not k.startswith("$") for k in v):  # a plain JSON object
+                return {k: self.encode(x) for k, x in v.items()}
+            return {"$dict": [[self.encode(k), self.encode(x)] for k, x in v.items()]}
+        if t is list:
+            return self._encode_list(v)
+        raise TypeError(f"snapshot: cannot store a {_type_name(t)}")
+
+    def _encode_list(self, v: list):
+        if len(v) >= 8:  # long homogeneous lists as arrays / columns: compact and fast
+            kinds = {type(x) for x in v}
+            if kinds == {float}:
+                return {"$floats": self._array(np.array(v, np.float64))}
+            if kinds == {int} and _INT64[0] <= min(v) and max(v) <= _INT64[1]:
+                return {"$ints": self._array(np.array(v, np.int64))}
+            if kinds == {str} and not any(x.endswith("\0") for x in v):  # numpy strips trailing NULs
+                return {"$strs": self._array(np.array(v, np.str_))}
+            if len(kinds) == 1 and (kinds == {tuple} or _is_record(v[0])):
+                cls = kinds.pop()
+                width = {len(x) for x in v} if cls is tuple else {len(_record_fields(v[0]))}
+                if len(width) == 1 and width != {0}:
+                    rows = [x if cls is tuple else tuple(_record_fields(x).values()) for x in v]
+                    columns = [self._encode_list(list(c)) for c in zip(*rows)]
+                    return {"$table": "tuple" if cls is tuple else _type_name(cls),
+                            "fields": None if cls is tuple else list(_record_fields(v[0])), "columns": columns}
+        return [self.encode(x) for x in v]
+
+
+class _Decoder:
+    def __init__(self, arrays, device: dict, types: dict[str, type]):
+        self.arrays, self.device, self.types = arrays, device, types
+
+    def _type(self, name: str) -> type:
+        try:
+            return self.types[name]
+        except KeyError:
+            raise SnapshotError(f"snapshot holds a {name}, which this simulator does not use") from None
+
+    def decode(self, v) -> Any:
+        if isinstance(v, list):
+            return [self.decode(x) for x in v]
+        if not isinstance(v, dict):
+            return v
+        if not any(k.startswith("$") for k in v):
+            return {k: self.decode(x) for k, x in v.items()}
+        if "$float" in v:
+            return float(v["$float"])
+        if "$enum" in v:
+            return self._type(v["$enum"])(self.decode(v["value"]))
+        if "$device" in v:
+            return self.device[v["$device"]]
+        if "$array" in v:
+            return np.array(self.arrays[v["$array"]])
+        if "$scalar" in v:
+            return np.frombuffer(bytes.fromhex(v["hex"]), np.dtype(v["$scalar"]))[0]
+        if "$record" in v:
+            return self._type(v["$record"])(**{k: self.decode(x) for k, x in v["fields"].items()})
+        if "$tuple" in v:
+            return tuple(self.decode(x) for x in v["$tuple"])
+        if "$dict" in v:
+            return {self.decode(k): self.decode(x) for k, x in v["$dict"]}
+        for tag in ("$floats", "$ints", "$strs"):
+            if tag in v:
+                return self.arrays[v[tag]].tolist()
+        if "$table" in v:
+            columns = [self.decode(c) for c in v["columns"]]
+            if v["$table"] == "tuple":
+                return [tuple(row) for row in zip(*columns)]
+            cls = self._type(v["$table"])
+            return [cls(**dict(zip(v["fields"], row))) for row in zip(*columns)]
+        raise SnapshotError(f"snapshot: unknown entry {sorted(v)[:3]}")
+
+
+def encode(value) -> tuple[Any, dict[str, np.ndarray], dict[str, jax.Array]]:
+    """``value`` as strict JSON plus its numpy arrays (for an NPZ) and device arrays (for orbax)."""
+    enc = _Encoder()
+    return enc.encode(value), enc.arrays, enc.device
+
+
+def decode(tree, arrays, device: dict, types: dict[str, type]):
+    """Inverse of :func:`encode`; records and enums are rebuilt only from ``types`` (see :func:`record_types`)."""
+    return _Decoder(arrays, device, types).decode(tree)
+
+
+# ------------------------------------------------------------------ fingerprint
+def _digest(*parts) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(np.ascontiguousarray(p).tobytes() if isinstance(p, np.ndarray) else repr(p).encode())
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def fingerprint(sim: "FleetSimulator") -> dict[str, str]:
+    """What makes two simulators the same run, one digest per part (a snapshot restores only into its own)."""
+    tr, pr, eng = sim.trace, sim.profile, sim.engine
+    return {
+        "fleet config": _digest(sim.cfg),
+        "stop rule": _digest(sim.stop),
+        "update guard": _digest(sim.update_guard),
+        "policies": _digest(sim.selector.name, sim.eval_selector.name if sim.eval_selector else None,
+                            sim.eval_budget, sim.aggregator.name, sim.aggregator.normalize, sim.mode.name),
+        "model": _digest(sim.model.name, sim.model.num_params, sim.model.bytes_on_wire),
+        "local training": _digest(eng.train_cfg, eng.eval_cfg),
+        "seed": _digest(sim.seed, np.asarray(jax.random.key_data(eng.base_key))),
+        "data": _digest(np.asarray(eng.counts), tuple(sim.test.y.shape)),
+        "trace": _digest(tr.num_clients, tr.times, tr.states, tr.offsets, tr.duration_s, tr.beyond_end,
+                         tr.client_duration_s if tr.client_duration_s is not None else None),
+        "device profile": _digest(pr.train_delay_s, pr.compute_speed, pr.down_kbps, pr.up_kbps,
+                                  pr.nominal_ms_per_sample, pr.eval_cost_fraction, pr.eval_upload_bytes),
+    }
+
+
+# ------------------------------------------------------------------ state
+def _state(sim: "FleetSimulator") -> dict:
+    return {
+        "clock": {"now": sim.now, "version": sim.version, "next_task_id": sim._next_task_id,
+                  "evals_this_round": sim._evals_this_round, "last_notify_t": sim._last_notify_t,
+                  "events": sim._events, "time_to_target": sim._time_to_target},
+        "params": sim.params,
+        "server_opt_state": sim.server_opt_state,
+        "rng": sim.rng.bit_generator.state,
+        "queue": sim.queue.state_dict(),
+        "tasks": sim.tasks,
+        "view": sim.view,
+        "mode": sim.mode.state_dict(),
+        "selector": sim._sel_state,
+        "eval_selector": sim._eval_sel_state,
+        "guard": {"norms": sim._guard_norms, "empty_buffers": sim._guard_empty_buffers},
+        "executor": sim.executor.state_dict(),
+        "accounting": sim.acct,
+        "checkpoints": sim.checkpoints,
+        "aggregation_times": sim.aggregation_times,
+        "accuracies": sim._accuracies,
+        "cohort_calls": sim.engine.records,
+    }
+
+
+def _known_types(sim: "FleetSimulator") -> dict[str, type]:
+    from ..cohort import LossStats
+    from ..cohort.engine import CallRecord
+    from .accounting import Accounting
+    from .clientmap import ClientMap
+    from .events import Event, EventKind
+    from .executor import EvalOutcome, TrainOutcome, _Pending
+    from .lifecycle import Timeline
+    from .simulator import Checkpoint, Update
+    from .tasks import Task
+
+    fixed = [Accounting, CallRecord, Checkpoint, ClientMap, EvalOutcome, Event, EventKind, LossStats, Task,
+             Timeline, TrainOutcome, Update, _Pending]
+    types = {_type_name(t): t for t in fixed}
+    # selector and optimizer states: whatever types this simulator's own fresh states are made of
+    types.update(record_types(sim.server_opt_state, sim._sel_state, sim._eval_sel_state))
+    return types
+
+
+def _apply(sim: "FleetSimulator", s: dict) -> None:
+    def same_tree(name, saved, current):
+        a, b = jax.tree_util.tree_structure(saved), jax.tree_util.tree_structure(current)
+        if a != b:
+            raise SnapshotError(f"snapshot's {name} has structure {a}, this simulator's {b}")
+
+    same_tree("model", s["params"], sim.params)
+    same_tree("server optimizer state", s["server_opt_state"], sim.server_opt_state)
+    if s["rng"].get("bit_generator") != sim.rng.bit_generator.state.get("bit_generator"):
+        raise SnapshotError(f"snapshot's RNG is {s['rng'].get('bit_generator')}, this simulator's "
+                            f"{sim.rng.bit_generator.state.get('bit_generator')}")
+    c = s["clock"]
+    sim.now, sim.version, sim._next_task_id = c["now"], c["version"], c["next_task_id"]
+    sim._evals_this_round, sim._last_notify_t = c["evals_this_round"], c["last_notify_t"]
+    sim._events, sim._time_to_target = c["events"], c["time_to_target"]
+    sim.params, sim.server_opt_state = s["params"], s["server_opt_state"]
+    sim.rng.bit_generator.state = s["rng"]
+    sim.queue.load_state_dict(s["queue"])
+    sim.tasks = s["tasks"]
+    sim.view = s["view"]
+    sim.mode.load_state_dict(s["mode"])
+    sim._sel_state, sim._eval_sel_state = s["selector"], s["eval_selector"]
+    sim._guard_norms, sim._guard_empty_buffers = s["guard"]["norms"], s["guard"]["empty_buffers"]
+    sim.executor.load_state_dict(s["executor"])
+    sim.acct = s["accounting"]
+    sim.checkpoints, sim.aggregation_times, sim._accuracies = s["checkpoints"], s["aggregation_times"], s["accuracies"]
+    sim.engine.records[:] = s["cohort_calls"]
+
+
+# ------------------------------------------------------------------ disk
+def _device_checkpointer():
+    import orbax.checkpoint as ocp
+
+    return ocp, ocp.Checkpointer(ocp.StandardCheckpointHandler())
+
+
+def _write_json(path: Path, obj) -> None:
+    with open(path, "w") as f:
+        json.dump(obj, f, allow_nan=False, separators=(",", ":"))
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _publish(root: Path, tmp: Path, name: str) -> Path:
+    """Moves a complete snapshot into place and points ``LATEST`` at it (both renames are atomic)."""
+    final = root / name
+    os.rename(tmp, final)
+    pointer = root / f".{LATEST}.tmp"
+    with open(pointer, "w") as f:
+        f.write(name + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(pointer, root / LATEST)
+    _fsync_dir(root)
+    return final
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save_snapshot(sim: "FleetSimulator", path: str | Path, keep: int = 1) -> Path:
+    """Writes ``sim``'s state under the snapshot root ``path``; returns the new snapshot's folder.
+
+    Call it between events only (the simulator does, under its :class:`SnapshotPolicy`).
+    """
+    root = Path(path).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    name = f"snap-{sim.version:06d}-{sim._events:09d}"
+    if (root / name).exists():  # the same point again (a resumed run re-ran it): a fresh name, never overwrite
+        name += f"-{sum(1 for _ in root.glob(name + '*'))}"
+    tmp = root / f".tmp-{name}-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    tree, arrays, device = encode(_state(sim))
+    manifest = {k: {"shape": list(v.shape), "dtype": v.dtype.name} for k, v in device.items()}
+    _write_json(tmp / _HOST_JSON, {"format": FORMAT, "fingerprint": fingerprint(sim), "version": sim.version,
+                                   "time_s": sim.now, "device": manifest, "state": tree})
+    with open(tmp / _HOST_NPZ, "wb") as f:
+        np.savez(f, **arrays)
+        f.flush()
+        os.fsync(f.fileno())
+    if device:
+        ocp, ckpt = _device_checkpointer()
+        with ckpt:
+            ckpt.save(tmp / _DEVICE, args=ocp.args.StandardSave(device))
+    final = _publish(root, tmp, name)
+    _prune(root, keep)
+    return final
+
+
+def _prune(root: Path, keep: int) -> None:
+    """Removes snapshots older than the newest ``keep`` and leftovers of interrupted writes."""
+    latest = (root / LATEST).read_text().strip()
+    snaps = sorted((p for p in root.glob("snap-*") if p.is_dir()), key=lambda p: p.stat().st_mtime_ns)
+    old = [p for p in snaps if p.name != latest][: max(len(snaps) - keep, 0)]
+    for p in old + [p for p in root.glob(".tmp-snap-*") if p.is_dir()]:
+        shutil.rmtree(p, ignore_errors=True)
+
+
+def snapshot_dir(path: str | Path) -> Path:
+    """The snapshot folder ``path`` names: a snapshot root (its ``LATEST``) or one snapshot folder."""
+    p = Path(path)
+    if (p / _HOST_JSON).is_file():
+        return p
+    pointer = p / LATEST
+    if not pointer.is_file():
+        raise SnapshotError(f"no snapshot in {p} (no {LATEST} file and no {_HOST_JSON})")
+    snap = p / pointer.read_text().strip()
+    if not (snap / _HOST_JSON).is_file():
+        raise SnapshotError(f"snapshot {snap} named by {pointer} is missing or incomplete")
+    return snap
+
+
+def load_snapshot(sim: "FleetSimulator", path: str | Path) -> Path:
+    """Restores ``sim`` (freshly built from the same scenario) from a snapshot; returns its folder.
+
+    Raises :class:`SnapshotError` (a ValueError, one line) if the snapshot is
+    missing or corrupt, or was written by a simulator of another scenario.
+    """
+    snap = snapshot_dir(path)
+    try:
+        head = json.loads((snap / _HOST_JSON).read_text())
+    except (OSError, ValueError) as e:
+        raise SnapshotError(f"snapshot {snap / _HOST_JSON} is unreadable: {e}") from None
+    if head.get("format") != FORMAT:
+        raise SnapshotError(f"snapshot {snap} has format {head.get('format')!r}; this felix-jax reads {FORMAT}")
+    mine = fingerprint(sim)
+    differs = [k for k in mine if head["fingerprint"].get(k) != mine[k]]
+    if differs:
+        raise SnapshotError(f"snapshot {snap} was written by another scenario (its {', '.join(differs)} "
+                            f"differ{'s' if len(differs) == 1 else ''}); restore it into a simulator built from "
+                            f"the scenario that wrote it")
+    device = {}
+    if head["device"]:
+        ocp, ckpt = _device_checkpointer()
+        placement = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+        abstract = {k: jax.ShapeDtypeStruct(tuple(m["shape"]), jax.numpy.dtype(m["dtype"]), sharding=placement)
+                    for k, m in head["device"].items()}
+        try:
+            with ckpt:
+                device = ckpt.restore(snap / _DEVICE, args=ocp.args.StandardRestore(abstract))
+        except Exception as e:  # orbax raises many kinds; one line names the folder
+            raise SnapshotError(f"snapshot {snap / _DEVICE} is unreadable: {type(e).__name__}: {e}") from None
+    try:
+        with np.load(snap / _HOST_NPZ, allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+    except (OSError, ValueError) as e:
+        raise SnapshotError(f"snapshot {snap / _HOST_NPZ} is unreadable: {e}") from None
+    _apply(sim, decode(head["state"], arrays, device, _known_types(sim)))
+    return snap
