@@ -1,0 +1,171 @@
+"""Resumable runs: a run killed after a snapshot and resumed equals the uninterrupted run, bit for bit."""
+
+import dataclasses
+import functools
+import json
+import math
+
+import jax
+import numpy as np
+import pytest
+
+from felix_jax.experiment import get_preset
+from felix_jax.experiment.runner import build_simulator
+from felix_jax.fleet import snapshot as snapshot_module
+from felix_jax.fleet.events import Event, EventKind
+from felix_jax.fleet.snapshot import SnapshotError, SnapshotPolicy, decode, encode, record_types, save_snapshot
+
+# 60 s availability slots under 50% availability: tasks are interrupted, time out and wait, so a
+# snapshot catches pending tasks, computed results, stored deltas and several live model versions
+BASE = {"availability": "avail50", "slot_s": "60", "max_aggregations": "12", "target_accuracy": "none"}
+
+
+def scenario(strategy: str, **overrides):
+    return get_preset("tiny").with_overrides({**BASE, "strategy": strategy, **overrides})
+
+
+@functools.lru_cache(maxsize=None)
+def reference(strategy: str):
+    """The uninterrupted run (cached: several tests compare against it)."""
+    return build_simulator(scenario(strategy)).run()
+
+
+class Killed(Exception):
+    """Stands for the process dying right after a snapshot."""
+
+
+def run_until_killed(strategy: str, root, kill_at_version: int, every: int = 4):
+    def on_saved(path):
+        if path.name.startswith(f"snap-{kill_at_version:06d}-"):
+            raise Killed
+
+    sim = build_simulator(scenario(strategy))
+    sim.snapshot = SnapshotPolicy(root, every_aggregations=every, on_saved=on_saved)
+    with pytest.raises(Killed):
+        sim.run()
+    return sim
+
+
+def resume(strategy: str, root):
+    sim = build_simulator(scenario(strategy))
+    sim.restore(root)
+    return sim, sim.run()
+
+
+def host_accounting(acct) -> dict:
+    out = dataclasses.asdict(acct)
+    del out["selection_seconds"]  # host wall time per decision: differs between any two runs
+    return out
+
+
+def assert_same_run(a, b):
+    assert repr(a.checkpoints) == repr(b.checkpoints)  # what metrics.csv is written from, types included
+    assert a.aggregation_times == b.aggregation_times
+    assert host_accounting(a.accounting) == host_accounting(b.accounting)
+    assert (a.stop_reason, a.time_to_target_s, a.end_time_s, a.events_processed) == \
+        (b.stop_reason, b.time_to_target_s, b.end_time_s, b.events_processed)
+    assert jax.tree_util.tree_structure(a.params) == jax.tree_util.tree_structure(b.params)
+    for x, y in zip(jax.tree_util.tree_leaves(a.params), jax.tree_util.tree_leaves(b.params)):
+        x, y = np.asarray(x), np.asarray(y)
+        assert x.dtype == y.dtype and x.tobytes() == y.tobytes()
+
+
+@pytest.mark.parametrize("strategy", ["fedbuff", "oort", "felix"])  # async random; sync Oort; TierTrack + eval
+def test_killed_and_resumed_run_equals_uninterrupted(strategy, tmp_path):
+    root = tmp_path / "snapshot"
+    killed = run_until_killed(strategy, root, kill_at_version=8)
+    assert killed.version == 8 and (root / "LATEST").read_text().startswith("snap-000008-")
+    assert len(list(root.glob("snap-*"))) == 1  # keep=1: the snapshot at version 4 is gone
+    sim, resumed = resume(strategy, root)
+    assert resumed.checkpoints[8].version == 8 and len(resumed.checkpoints) == 13
+    assert_same_run(reference(strategy), resumed)
+
+
+def test_snapshot_holds_work_in_progress(tmp_path):
+    """The FeLiX snapshot above is not a trivial one: tasks in flight, pending and computed, live versions."""
+    root = tmp_path / "snapshot"
+    sim = run_until_killed("felix", root, kill_at_version=8)
+    assert sim.tasks and sim.executor.num_pending > 0 and sim._sel_state.calls > 0
+    assert len(sim.executor.store) >= 2 and sim.executor.deltas.num_used > 0
+    restored = build_simulator(scenario("felix"))
+    restored.restore(root)
+    assert restored.tasks == sim.tasks and list(restored.executor._pending) == list(sim.executor._pending)
+    assert restored.queue.state_dict() == sim.queue.state_dict()
+    assert restored.rng.bit_generator.state == sim.rng.bit_generator.state
+    assert repr(restored._sel_state) == repr(sim._sel_state)
+
+
+def test_kill_during_a_snapshot_write_leaves_the_previous_one(tmp_path, monkeypatch):
+    root = tmp_path / "snapshot"
+    sim = run_until_killed("fedbuff", root, kill_at_version=4)
+    before = (root / "LATEST").read_text()
+
+    def die(*args):
+        raise Killed
+
+    with monkeypatch.context() as m:  # dies after the new snapshot is fully written to its temp folder
+        m.setattr(snapshot_module, "_publish", die)
+        with pytest.raises(Killed):
+            save_snapshot(sim, root)
+    assert list(root.glob(".tmp-snap-*")) and (root / "LATEST").read_text() == before
+    restored, record = resume("fedbuff", root)
+    assert_same_run(reference("fedbuff"), record)
+    save_snapshot(restored, root)  # the next successful write clears the leftover
+    assert not list(root.glob(".tmp-snap-*")) and len(list(root.glob("snap-*"))) == 1
+
+
+def test_restore_refuses_a_snapshot_of_another_scenario(tmp_path):
+    root = tmp_path / "snapshot"
+    run_until_killed("fedbuff", root, kill_at_version=4)
+    other = build_simulator(scenario("fedbuff", availability="avail90"))
+    with pytest.raises(SnapshotError, match=r"another scenario \(its trace differs\)") as e:
+        other.restore(root)
+    assert "\n" not in str(e.value)
+    with pytest.raises(SnapshotError, match="no snapshot in"):
+        other.restore(tmp_path / "nowhere")
+    with pytest.raises(RuntimeError, match="freshly built"):
+        sim = build_simulator(scenario("fedbuff", max_aggregations="1"))
+        sim.run()
+        sim.restore(root)
+
+
+def test_snapshots_by_wall_clock_keep_the_newest(tmp_path):
+    root = tmp_path / "snapshot"
+    saved = []
+    sim = build_simulator(scenario("fedbuff", max_aggregations="3"))
+    sim.snapshot = SnapshotPolicy(root, every_minutes=1e-9, keep=2, on_saved=saved.append)
+    sim.run()
+    assert len(saved) >= 3 and sorted(p.name for p in root.glob("snap-*")) == sorted(p.name for p in saved[-2:])
+
+
+def test_policy_rejects_bad_settings_in_one_line():
+    for kwargs, msg in [({}, "every_aggregations and/or every_minutes"),
+                        ({"every_aggregations": 0}, "integer >= 1"),
+                        ({"every_minutes": -1.0}, "number > 0"),
+                        ({"every_aggregations": 5, "keep": 0}, "keep")]:
+        with pytest.raises(ValueError, match=msg):
+            SnapshotPolicy("x", **kwargs)
+
+
+def test_codec_round_trips_exact_types_without_pickle():
+    value = {
+        "floats": [0.1 * i for i in range(20)] + [math.inf],
+        "ints": list(range(-5, 30)),
+        "strs": ["train", "eval"] * 6,
+        "log": [(0.5 * i, i, "train", i // 3) for i in range(10)],
+        "heap": [Event(float(i), i, EventKind.REPLY, i if i % 2 else None) for i in range(9)],
+        "scalars": (np.float32(0.1), np.float64(-0.0), np.int64(7), np.bool_(True), np.float64(np.inf)),
+        "keys": {3: "three", (1, 2): [1.5, math.nan]},
+        "array": np.arange(6, dtype=np.int8).reshape(2, 3),
+        "empty": [], "none": None, "nested": {"$odd": 1},
+    }
+    tree, arrays, device = encode(value)
+    text = json.dumps(tree, allow_nan=False)  # strict JSON
+    assert not device and all(not a.dtype.hasobject for a in arrays.values())
+    back = decode(json.loads(text), arrays, device, record_types(value["heap"]))
+    assert repr(back["scalars"]) == repr(value["scalars"]) and back["array"].dtype == np.int8
+    assert back["heap"] == value["heap"] and type(back["heap"][0].kind) is EventKind
+    assert back["log"] == value["log"] and back["floats"] == value["floats"] and back["ints"] == value["ints"]
+    assert back["keys"][3] == "three" and math.isnan(back["keys"][(1, 2)][1]) and back["nested"] == {"$odd": 1}
+    with pytest.raises(SnapshotError, match="does not use"):
+        decode(json.loads(text), arrays, device, {})
