@@ -1,4 +1,4 @@
-"""Your own selectors, aggregators and strategies, by name, from your own file.
+"""Your own selectors, aggregators, strategies and models, by name, from your own file.
 
 A plugin is a Python file (or an importable module) that registers policies when
 it is imported::
@@ -77,6 +77,25 @@ def aggregator(name: str, config: type, variants: Mapping[str, Callable[..., Any
     def register(factory: Callable):
         _register("aggregator", AGGREGATORS, AGGREGATOR_OPTIONS, name, factory,
                   OptionSpec(config, dict(variants or {})))
+        return factory
+
+    return register
+
+
+def model(name: str):
+    """Decorator: registers ``make(input_shape, num_classes) -> Model`` as ``model=NAME``.
+
+    A flax linen module becomes a model with :func:`felix_jax.models.base.make_model`
+    (``train_flag="train"`` for a module with dropout).
+    """
+    from .experiment.registry import MODELS
+
+    def register(factory: Callable):
+        current = MODELS.get(name)
+        if current is not None and (current.__module__, current.__qualname__) != (factory.__module__,
+                                                                                factory.__qualname__):
+            raise ValueError(f"model {name!r} is already registered")
+        MODELS[name] = factory
         return factory
 
     return register

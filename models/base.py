@@ -31,6 +31,10 @@ class Model(NamedTuple):
       num_classes: number of output classes.
       num_params: number of scalar parameters.
       bytes_on_wire: bytes of one full model transfer (float32 parameters).
+      train_loss: optional ``train_loss(params, x, y, key) -> (per_sample_loss, logits)``
+        in training mode (dropout and the like, seeded by ``key``, a per-task,
+        per-step PRNG key); ``None``: local training uses ``loss``. ``loss`` and
+        ``apply`` are always the evaluation mode.
     """
 
     name: str
@@ -41,6 +45,7 @@ class Model(NamedTuple):
     num_classes: int
     num_params: int
     bytes_on_wire: int
+    train_loss: Callable[[Params, jax.Array, jax.Array, jax.Array], tuple[jax.Array, jax.Array]] | None = None
 
 
 def count_params(params: Params) -> int:
@@ -51,19 +56,40 @@ def params_bytes(params: Params) -> int:
     return int(sum(np.prod(np.shape(p)) * np.dtype(p.dtype).itemsize for p in jax.tree_util.tree_leaves(params)))
 
 
-def make_model(name: str, module: Any, input_shape: tuple[int, ...], num_classes: int) -> Model:
-    """Wraps a flax linen module (``__call__(x) -> logits``) into a :class:`Model`."""
+def make_model(name: str, module: Any, input_shape: tuple[int, ...], num_classes: int,
+               train_flag: str | None = None, rng_collections: tuple[str, ...] = ("dropout",)) -> Model:
+    """Wraps a flax linen module (``__call__(x) -> logits``) into a :class:`Model`.
+
+    A module with a training switch (dropout, ...) names it with ``train_flag``
+    (e.g. ``"train"`` for ``__call__(x, train: bool)``): evaluation calls it with
+    ``train=False``, local training with ``train=True`` and the task's PRNG key in
+    ``rng_collections``. The module's own initialisers are used. Batch statistics
+    (``BatchNorm``) are per-client state and are not supported: use GroupNorm or
+    LayerNorm, as the zoo's ResNet does.
+    """
     input_shape = tuple(int(d) for d in input_shape)
+    eval_kwargs = {} if train_flag is None else {train_flag: False}
 
     def init(key: jax.Array) -> Params:
-        return module.init(key, jnp.zeros((1,) + input_shape, jnp.float32))["params"]
+        variables = module.init(key, jnp.zeros((1,) + input_shape, jnp.float32), **eval_kwargs)
+        if set(variables) - {"params"}:
+            raise ValueError(f"model {name}: collections {sorted(set(variables) - {'params'})} besides 'params' "
+                             "(e.g. BatchNorm's batch_stats) are per-client state, which is not supported")
+        return variables["params"]
 
     def apply(params: Params, x: jax.Array) -> jax.Array:
-        return module.apply({"params": params}, x)
+        return module.apply({"params": params}, x, **eval_kwargs)
 
     def loss(params: Params, x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
         logits = apply(params, x)
         return optax.softmax_cross_entropy_with_integer_labels(logits, y), logits
+
+    train_loss = None
+    if train_flag is not None:
+        def train_loss(params: Params, x: jax.Array, y: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array]:
+            rngs = {c: jax.random.fold_in(key, i) for i, c in enumerate(rng_collections)}
+            logits = module.apply({"params": params}, x, **{train_flag: True}, rngs=rngs)
+            return optax.softmax_cross_entropy_with_integer_labels(logits, y), logits
 
     shapes = jax.eval_shape(init, jax.random.key(0))
     return Model(
@@ -75,4 +101,5 @@ def make_model(name: str, module: Any, input_shape: tuple[int, ...], num_classes
         num_classes=int(num_classes),
         num_params=count_params(shapes),
         bytes_on_wire=params_bytes(shapes),
+        train_loss=train_loss,
     )

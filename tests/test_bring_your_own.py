@@ -117,3 +117,63 @@ def test_plugin_errors_are_one_line(tmp_path):
         get_preset("tiny").with_overrides({"plugins": str(tmp_path / "broken.py")})
     with pytest.raises(OptionError, match="no such file"):
         get_preset("tiny").with_overrides({"plugins": str(tmp_path / "missing.py")})
+
+
+MODEL_PLUGIN = textwrap.dedent('''
+    import flax.linen as nn
+    from felix_jax import plugins
+    from felix_jax.models.base import make_model
+
+    class DropoutMLP(nn.Module):
+        num_classes: int
+
+        @nn.compact
+        def __call__(self, x, train: bool):
+            x = x.reshape((x.shape[0], -1))
+            x = nn.relu(nn.Dense(32, kernel_init=nn.initializers.xavier_uniform())(x))
+            x = nn.Dropout(0.5, deterministic=not train)(x)
+            return nn.Dense(self.num_classes)(x)
+
+    @plugins.model("test-dropout-mlp")
+    def make(input_shape, num_classes):
+        return make_model("test-dropout-mlp", DropoutMLP(num_classes), input_shape, num_classes, train_flag="train")
+''')
+
+
+def test_a_users_flax_model_with_dropout_runs_through_compare(tmp_path):
+    (tmp_path / "my_model.py").write_text(MODEL_PLUGIN)
+    out = tmp_path / "cmp"
+    rc = main(["compare", "--scenario", "tiny", "--strategies", "felix,fedbuff", "--availability", "avail100",
+               "--set", f"plugins={tmp_path / 'my_model.py'}", "--set", "model=test-dropout-mlp",
+               "--set", "max_aggregations=2", "--quiet", "--out", str(out)])
+    assert rc == 0
+    assert len(list((out / "runs").glob("*/summary.json"))) == 2
+
+
+def test_dropout_is_keyed_per_task_and_off_in_evaluation(tmp_path):
+    import jax
+
+    from felix_jax.cohort import LocalTrainConfig
+    from felix_jax.cohort.local import local_train
+    from felix_jax.data.federated import to_device
+    from felix_jax.data.partition import partition_from_counts
+    from felix_jax.plugins import load_plugins
+    from felix_jax.experiment.registry import make_model
+    from tests.conftest import make_image_dataset
+
+    (tmp_path / "my_model.py").write_text(MODEL_PLUGIN.replace("test-dropout-mlp", "test-dropout-mlp-2"))
+    load_plugins(str(tmp_path / "my_model.py"))
+    model = make_model("test-dropout-mlp-2", (8, 8, 3), 10)
+    params = model.init(jax.random.key(0))
+    x = np.ones((4, 8, 8, 3), np.float32)
+    np.testing.assert_array_equal(model.apply(params, x), model.apply(params, x))  # eval: no dropout
+    a = model.train_loss(params, x, np.zeros(4, np.int32), jax.random.key(1))[1]
+    b = model.train_loss(params, x, np.zeros(4, np.int32), jax.random.key(2))[1]
+    assert not np.allclose(a, b)  # the key reaches dropout
+    ds = make_image_dataset(num_train=32, num_test=8)
+    data = to_device(ds, partition_from_counts(32, np.array([32]), seed=0))
+    cfg = LocalTrainConfig(batch_size=16, mode="steps", local_steps=2, learning_rate=0.1)
+    run = lambda k: local_train(model, cfg, 2, params, data, np.int32(0), jax.random.key(k), np.int32(2))  # noqa
+    d1, d1b, d2 = run(3).delta, run(3).delta, run(4).delta
+    assert jax.tree_util.tree_all(jax.tree_util.tree_map(lambda u, v: bool(np.array_equal(u, v)), d1, d1b))
+    assert not jax.tree_util.tree_all(jax.tree_util.tree_map(lambda u, v: bool(np.allclose(u, v)), d1, d2))

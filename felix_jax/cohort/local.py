@@ -118,10 +118,14 @@ def train_step(model: Model, cfg: LocalTrainConfig, data: FederatedData, ctx: Tr
     opt = cfg.optimizer()
     width = data.index_table.shape[1]
     positions, valid = batch_positions(ctx.k_order, s, ctx.count, ctx.steps_per_epoch, cfg.batch_size, width)
-    x, y = _client_batch(data, ctx.row, positions, jax.random.fold_in(ctx.k_augment, s), cfg.augment)
+    step_key = jax.random.fold_in(ctx.k_augment, s)  # augmentation; fold_in(step_key, 1): the model's dropout
+    x, y = _client_batch(data, ctx.row, positions, step_key, cfg.augment)
 
     def loss_fn(p):
-        losses, _ = model.loss(p, x, y)
+        if model.train_loss is None:
+            losses, _ = model.loss(p, x, y)
+        else:  # training mode (dropout...), keyed per task and step
+            losses, _ = model.train_loss(p, x, y, jax.random.fold_in(step_key, 1))
         return _masked_mean(losses, valid), losses
 
     (_, losses), grads = jax.value_and_grad(loss_fn, has_aux=True)(carry.params)

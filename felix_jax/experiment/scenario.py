@@ -84,7 +84,11 @@ class Scenario:
             value = getattr(self, name)
             if value is not None and not rule(value):
                 raise OptionError(f"{name}={value!r}: must be {allowed}")
-        self.resolve_strategy()  # every policy option is checked now, not hours into a run
+        self.resolve_strategy()  # every policy option is checked now, not hours into a run (loads plugins)
+        from .registry import MODELS
+
+        if self.model not in MODELS:
+            raise OptionError(f"model={self.model!r}: unknown model; known: {', '.join(MODELS)}")
         self.resolve_update_guard()
 
     def resolve_update_guard(self):
