@@ -59,12 +59,19 @@ def _stats(values: list[float]) -> tuple[float, float]:
     return float(np.mean(values)), float(np.std(values))
 
 
+def last_mean_accuracy(run_dir: str, window: int = 20) -> float:
+    """Mean test accuracy of a run's last ``window`` checkpoints (the paper's smoothing)."""
+    data = np.genfromtxt(Path(run_dir) / "metrics.csv", delimiter=",", names=True)
+    return float(np.mean(np.atleast_1d(data["accuracy"])[-window:]))
+
+
 def fidelity_table(rows: list[dict], strategies: list[str], regimes: list[str]) -> str:
     """Markdown: per regime and strategy, hours to target (mean +- std over the seeds that
     reached it, and how many did), the ratio of means to FeLiX, the paper's ratio,
     and GB split train / eval / control."""
     lines = ["| regime | strategy | reached | hours to target (mean +- std) | x FeLiX | paper | "
-             "GB train / eval / control | final acc |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+             "GB train / eval / control | last-20 acc at end | aggregations | end (h) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for rg in regimes:
         label = REGIMES.get(rg, rg)
         ref = [r["time_to_target_h"] for r in rows if r["strategy"] == "felix" and r["availability"] == rg
@@ -82,9 +89,11 @@ def fidelity_table(rows: list[dict], strategies: list[str], regimes: list[str]) 
                 text, ratio = "not reached", "-"
             s = [r["_summary"] for r in cell]
             gb = [np.mean([x[k] for x in s]) / 1e9 for k in ("bytes_train", "bytes_eval", "control_bytes")]
-            acc = np.mean([r["final_accuracy"] or 0.0 for r in cell])
+            acc = np.mean([last_mean_accuracy(r["run_dir"]) for r in cell])
+            aggs = np.mean([x["aggregations"] for x in s])
+            end_h = np.mean([x["end_time_s"] for x in s]) / 3600
             lines.append(f"| {label} | {st} | {len(hours)}/{len(cell)} | {text} | {ratio} | {paper_ratio(st, label)} "
-                         f"| {gb[0]:.2f} / {gb[1]:.2f} / {gb[2]:.4f} | {acc:.3f} |")
+                         f"| {gb[0]:.2f} / {gb[1]:.2f} / {gb[2]:.4f} | {acc:.3f} | {aggs:.0f} | {end_h:.2f} |")
     return "\n".join(lines)
 
 
