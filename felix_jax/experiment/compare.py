@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -82,12 +83,26 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
         else:
             pending.append(i)
     if workers <= 1:
-        for i in pending:
-            sc = scenarios[i]
-            log(f"[{i + 1}/{len(todo)}] {sc.strategy} on {sc.availability}, seed {sc.seed}")
-            run_dir = cell_dir(out, sc.strategy, sc.availability, sc.seed)
-            summary = _run_cell(sc, run_dir, progress, deadline, plot)
-            rows[i] = None if summary is None else _row(sc, base, summary, run_dir)
+        cells_bar = None
+        if progress and pending:  # the outer bar over cells; each run draws its own bar below it
+            from tqdm.auto import tqdm
+
+            cells_bar = tqdm(total=len(todo), initial=len(todo) - len(pending), desc="cells", unit="cell",
+                             file=sys.stderr, leave=True)
+        try:
+            for i in pending:
+                sc = scenarios[i]
+                log(f"[{i + 1}/{len(todo)}] {sc.strategy} on {sc.availability}, seed {sc.seed}")
+                if cells_bar is not None:
+                    cells_bar.set_postfix_str(f"{sc.strategy}/{sc.availability}/seed{sc.seed}")
+                run_dir = cell_dir(out, sc.strategy, sc.availability, sc.seed)
+                summary = _run_cell(sc, run_dir, progress, deadline, plot)
+                rows[i] = None if summary is None else _row(sc, base, summary, run_dir)
+                if cells_bar is not None:
+                    cells_bar.update(1)
+        finally:
+            if cells_bar is not None:
+                cells_bar.close()
     elif pending:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor, as_completed

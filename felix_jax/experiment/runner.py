@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import numpy as np
@@ -110,32 +112,103 @@ def reference_sizes(num_clients: int, num_samples: int) -> np.ndarray:
     return scale_counts(sizes, num_samples) if sizes.sum() > num_samples else sizes
 
 
-class _Progress:
-    """A tqdm bar over virtual hours with version / accuracy in the postfix; without a
-    virtual-time limit (``max_virtual_hours=inf``) a counter of virtual hours."""
+@dataclasses.dataclass(frozen=True)
+class StopProgress:
+    """How far a run is toward each part of its stop rule (fractions in [0, 1]).
 
-    def __init__(self, sc: Scenario, enabled: bool):
+    ``accuracy`` is the mean of the last ``window`` test accuracies over the target (the
+    paper's rule, :class:`~felix_jax.fleet.config.StopRule`); ``eta_s`` is the wall time to
+    the nearest cap (aggregations or virtual hours) at the recent rate, None until there is
+    a rate. Reaching the target may end the run sooner.
+    """
+
+    aggregations: float
+    accuracy: float | None  # None: no target
+    virtual_time: float | None  # None: no virtual-time limit
+    eta_s: float | None
+
+    @property
+    def overall(self) -> float:
+        """Progress toward whichever stop comes first."""
+        return max(f for f in (self.aggregations, self.accuracy, self.virtual_time) if f is not None)
+
+
+class _Progress:
+    """A tqdm bar toward the stop rule: the bar is the nearest of aggregations / cap, accuracy
+    (last-``window`` mean) / target and virtual hours / limit; the postfix shows each and a
+    wall-clock ETA from the rate over the last ``recent`` checkpoints (host-only).
+
+    Fed every checkpoint; ``latest`` holds the last :class:`StopProgress` with or without a bar.
+    """
+
+    def __init__(self, sc: Scenario, enabled: bool, clock: Callable[[], float] = time.perf_counter,
+                 recent: int = 10):
+        self.stop = StopRule(target_accuracy=sc.target_accuracy, max_virtual_s=sc.max_virtual_hours * 3600,
+                             max_aggregations=sc.max_aggregations)
+        self.clock = clock
+        self.accuracies: list[float] = []
+        self.samples: collections.deque[tuple[float, int, float]] = collections.deque(maxlen=max(recent, 2))
+        self.latest: StopProgress | None = None
         self.bar = None
-        self.total = sc.max_virtual_hours if math.isfinite(sc.max_virtual_hours) else None
         if enabled:
             from tqdm.auto import tqdm
 
-            if self.total is None:
-                fmt = "{desc}: {n:.2f} virtual h [{elapsed}{postfix}]"
-            else:
-                fmt = "{l_bar}{bar}| {n:.2f}/{total} virtual h [{elapsed}<{remaining}{postfix}]"
-            self.bar = tqdm(total=None if self.total is None else round(self.total, 2), unit="vh", file=sys.stderr,
-                            leave=True, desc=f"{sc.strategy}/{sc.availability}", bar_format=fmt)
+            self.bar = tqdm(total=1.0, file=sys.stderr, leave=True, desc=f"{sc.strategy}/{sc.availability}",
+                            bar_format="{desc}: {percentage:3.0f}%|{bar}| [{elapsed}{postfix}]")
+
+    def update(self, cp: Checkpoint) -> StopProgress:
+        stop = self.stop
+        self.accuracies.append(cp.accuracy)
+        self.samples.append((self.clock(), cp.version, cp.time_s))
+        recent = self.accuracies[-stop.window:]
+        accuracy = None if stop.target_accuracy is None else min(sum(recent) / len(recent) / stop.target_accuracy, 1.0)
+        timed = math.isfinite(stop.max_virtual_s)
+        virtual_time = min(cp.time_s / stop.max_virtual_s, 1.0) if timed else None
+        self.latest = StopProgress(min(cp.version / stop.max_aggregations, 1.0), accuracy, virtual_time,
+                                   self._eta(cp))
+        return self.latest
+
+    def _eta(self, cp: Checkpoint) -> float | None:
+        """Wall seconds to the nearest cap at the rate since the oldest recent sample."""
+        wall0, version0, time0 = self.samples[0]
+        wall1 = self.samples[-1][0]
+        if len(self.samples) < 2 or wall1 <= wall0:
+            return None
+        etas = []
+        for done, before, cap in ((cp.version, version0, self.stop.max_aggregations),
+                                  (cp.time_s, time0, self.stop.max_virtual_s)):
+            rate = (done - before) / (wall1 - wall0)
+            if rate > 0 and math.isfinite(cap):
+                etas.append(max(cap - done, 0) / rate)
+        return min(etas) if etas else None
+
+    def describe(self, cp: Checkpoint) -> str:
+        """The postfix: each part of the stop rule and the ETA."""
+        p, stop = self.latest, self.stop
+        recent = self.accuracies[-stop.window:]
+        acc = f"last-{stop.window} acc {sum(recent) / len(recent):.3f}"
+        if stop.target_accuracy is not None:
+            acc += f"/{stop.target_accuracy:g}"
+        hours = f"{cp.time_s / 3600:.2f}"
+        if p.virtual_time is not None:
+            hours += f"/{stop.max_virtual_s / 3600:g}"
+        eta = "?" if p.eta_s is None else _format_seconds(p.eta_s)
+        return f"agg {cp.version}/{stop.max_aggregations} | {acc} | {hours} vh | ETA {eta}"
 
     def __call__(self, cp: Checkpoint) -> None:
+        self.update(cp)
         if self.bar is not None:
-            hours = cp.time_s / 3600 if self.total is None else min(cp.time_s / 3600, self.bar.total)
-            self.bar.n = round(hours, 2)
-            self.bar.set_postfix_str(f"v{cp.version} acc {cp.accuracy:.3f}", refresh=True)
+            self.bar.n = round(self.latest.overall, 4)
+            self.bar.set_postfix_str(self.describe(cp), refresh=True)
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+def _format_seconds(s: float) -> str:
+    s = int(round(s))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
 class _StopOnSignals:
