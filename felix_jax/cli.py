@@ -1,4 +1,4 @@
-"""``felix-jax`` command line (host-only): ``run``, ``compare``, ``demo``."""
+"""``felix-jax`` command line (host-only): ``run``, ``compare``, ``demo``, ``plot``."""
 
 from __future__ import annotations
 
@@ -193,6 +193,53 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _replot_run(run_dir: Path) -> Path:
+    """``accuracy.png`` of a run folder, from its ``metrics.csv`` (and ``config.json`` for the title)."""
+    import csv
+    import types
+
+    from .experiment.results import plot_accuracy
+    from .fleet.simulator import Checkpoint
+
+    with open(run_dir / "metrics.csv", newline="") as f:
+        checkpoints = [Checkpoint(float(r["time_s"]), int(float(r["version"])), float(r["accuracy"]),
+                                  float(r["loss"]), int(float(r["bytes_total"])), float(r["staleness_mean"]),
+                                  float(r["interval_s"])) for r in csv.DictReader(f)]
+    try:
+        scenario = json.loads((run_dir / "config.json").read_text()).get("scenario", {})
+    except (OSError, ValueError):
+        scenario = {}
+    # plot_accuracy reads only the record's checkpoints
+    record = types.SimpleNamespace(checkpoints=checkpoints)
+    plot_accuracy(record, run_dir / "accuracy.png", title=scenario.get("strategy", ""),
+                  target=scenario.get("target_accuracy"))
+    return run_dir / "accuracy.png"
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from .experiment.compare import plot_comparison, rows_from_summary_csv
+
+    folder = Path(args.dir)
+    try:
+        if (folder / "summary.csv").is_file() and (folder / "runs").is_dir():
+            rows = rows_from_summary_csv(folder)
+            if not rows:
+                raise SystemExit(f"felix-jax plot: {folder}/summary.csv holds no runs")
+            strategies = list(dict.fromkeys(r["strategy"] for r in rows))
+            regimes = list(dict.fromkeys(r["availability"] for r in rows))
+            figures = [_replot_run(Path(r["run_dir"])) for r in rows if (Path(r["run_dir"]) / "metrics.csv").is_file()]
+            figures += plot_comparison(rows, strategies, regimes, folder)
+        elif (folder / "metrics.csv").is_file():
+            figures = [_replot_run(folder)]
+        else:
+            raise SystemExit(f"felix-jax plot: {folder} is neither a run folder (metrics.csv) nor a compare folder "
+                             "(summary.csv and runs/)")
+    except (*USER_ERRORS, ValueError) as e:  # a missing or malformed results file
+        raise SystemExit(f"felix-jax plot: {_one_line(e)}")
+    print("wrote " + ", ".join(str(p) for p in figures))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="felix-jax", description="JAX fleet emulator for federated learning under churn")
     sub = ap.add_subparsers(dest="command")
@@ -222,6 +269,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--json", help="write the demo's figures here")
     demo.set_defaults(func=_demo)
+    plot = sub.add_parser("plot", help="redraw the figures of a run or compare results folder from its saved files")
+    plot.add_argument("dir", help="a run folder (metrics.csv) or a compare folder (summary.csv and runs/)")
+    plot.set_defaults(func=_plot)
     return ap
 
 

@@ -135,6 +135,37 @@ def write_summary_csv(rows: list[dict], out: Path) -> Path:
     return out / "summary.csv"
 
 
+# how each summary.csv column reads back (the rest are text); an empty field is None
+_INT_COLUMNS = {"seed", "bytes_total", "bytes_train", "bytes_eval", "control_bytes", "aggregations"}
+_TEXT_COLUMNS = {"strategy", "scenario", "availability", "stop_reason", "run_dir"}
+
+
+def rows_from_summary_csv(out: Path) -> list[dict]:
+    """The rows :func:`run_matrix` returned, read back from ``out/summary.csv`` (for
+    :func:`comparison_table` and :func:`plot_comparison` without rerunning).
+
+    A row's ``run_dir`` is its cell folder under ``out`` when that exists (the matrix may have
+    been written from another working directory, or moved), else the path the CSV recorded.
+    """
+    out = Path(out)
+    rows = []
+    with open(out / "summary.csv", newline="") as f:
+        for raw in csv.DictReader(f):
+            row: dict = {}
+            for key, text in raw.items():
+                if key in _TEXT_COLUMNS:
+                    row[key] = text
+                elif text == "":
+                    row[key] = None
+                else:
+                    row[key] = int(float(text)) if key in _INT_COLUMNS else float(text)
+            moved = cell_dir(out, row["strategy"], row["availability"], row["seed"])
+            if moved.is_dir() or not row.get("run_dir"):
+                row["run_dir"] = str(moved)
+            rows.append(row)
+    return rows
+
+
 def _mean(values):
     vals = [v for v in values if v is not None]
     return None if len(vals) < len(values) or not vals else float(np.mean(vals))

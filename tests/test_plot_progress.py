@@ -1,0 +1,115 @@
+"""Progress toward the stop rule, the outer bar of ``compare``, and ``felix-jax plot``."""
+
+import math
+import shutil
+
+import pytest
+
+from felix_jax.cli import main
+from felix_jax.experiment import get_preset
+from felix_jax.experiment.compare import SUMMARY_COLUMNS, rows_from_summary_csv, run_matrix
+from felix_jax.experiment.runner import _Progress, run
+from felix_jax.fleet.simulator import Checkpoint
+
+TINY = get_preset("tiny")  # target 0.5, at most 60 aggregations or 6 virtual hours
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def checkpoint(version: int, hours: float, accuracy: float) -> Checkpoint:
+    return Checkpoint(time_s=hours * 3600, version=version, accuracy=accuracy, loss=1.0, bytes_total=0,
+                      staleness_mean=0.0, interval_s=1.0)
+
+
+def test_progress_reports_each_part_of_the_stop_rule_and_the_nearest_cap():
+    clock = FakeClock()
+    progress = _Progress(TINY, enabled=False, clock=clock)
+    first = progress.update(checkpoint(0, 0.0, 0.1))
+    assert first.aggregations == 0 and first.virtual_time == 0
+    assert first.accuracy == pytest.approx(0.1 / 0.5)
+    assert first.eta_s is None  # no rate yet
+    # one aggregation per wall second, 0.01 virtual hours each
+    for v in range(1, 7):
+        clock.now = float(v)
+        p = progress.update(checkpoint(v, 0.01 * v, 0.1 + 0.05 * v))
+    assert p.aggregations == pytest.approx(6 / 60)
+    assert p.virtual_time == pytest.approx(0.06 / 6)
+    mean = sum(0.1 + 0.05 * v for v in range(7)) / 7  # fewer than 20 checkpoints: the mean of all
+    assert p.accuracy == pytest.approx(mean / 0.5)
+    assert p.overall == pytest.approx(p.accuracy)  # the nearest of the three
+    # 54 aggregations left at 1/s; 5.94 virtual hours left at 36 virtual s per wall s is much further
+    assert p.eta_s == pytest.approx(54.0)
+
+
+def test_progress_eta_follows_the_recent_rate_and_the_window_is_the_stop_rules():
+    clock = FakeClock()
+    progress = _Progress(TINY.with_overrides({"max_aggregations": 1000}), enabled=False, clock=clock, recent=3)
+    for v in range(30):  # slow at first (10 s each), then 1 s each: the ETA uses only the last 3 samples
+        clock.now = 10.0 * v if v < 20 else 190.0 + (v - 19)
+        p = progress.update(checkpoint(v, 0.5 * v / 29, 0.9 if v >= 10 else 0.0))
+    # the virtual-time cap is nearer: 5.5 h left at (1/58 h per wall s)
+    assert p.eta_s == pytest.approx((6 - 0.5) / (0.5 / 29))
+    assert p.accuracy == 1.0  # last 20 accuracies are all 0.9 >= 0.5, clipped at the target
+    assert p.overall == 1.0
+
+
+def test_progress_without_a_target_or_a_time_limit():
+    clock = FakeClock()
+    sc = TINY.with_overrides({"target_accuracy": "none", "max_virtual_hours": "inf"})
+    progress = _Progress(sc, enabled=False, clock=clock)
+    for v in range(5):
+        clock.now = 2.0 * v
+        p = progress.update(checkpoint(v, 0.1 * v, 0.3))
+    assert p.accuracy is None and p.virtual_time is None
+    assert p.overall == pytest.approx(4 / 60)
+    assert p.eta_s == pytest.approx(56 * 2.0)
+    assert "agg 4/60" in progress.describe(checkpoint(4, 0.4, 0.3))
+
+
+def test_progress_bar_draws_the_stop_rule(capsys):
+    progress = _Progress(TINY, enabled=True, clock=FakeClock())
+    progress(checkpoint(3, 0.02, 0.25))
+    progress.close()
+    err = capsys.readouterr().err
+    assert "agg 3/60" in err and "acc 0.250/0.5" in err and "0.02/6 vh" in err
+
+
+def test_plot_redraws_a_run_folder(tmp_path, capsys):
+    out = tmp_path / "run"
+    run(TINY.with_overrides({"max_aggregations": 2, "target_accuracy": "none"}), out, plot=False)
+    assert not (out / "accuracy.png").exists()
+    assert main(["plot", str(out)]) == 0
+    assert (out / "accuracy.png").stat().st_size > 0
+    assert "accuracy.png" in capsys.readouterr().out
+
+
+def test_plot_redraws_a_moved_compare_folder(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    base = TINY.with_overrides({"max_aggregations": 2, "target_accuracy": "none"})
+    rows = run_matrix(base, ["felix", "oort-async"], ["avail100"], [0], out, progress=True, log=lambda _: None,
+                      plot=False)
+    assert "cells" in capsys.readouterr().err  # the outer bar over cells
+    moved = tmp_path / "elsewhere"
+    shutil.move(str(out), str(moved))  # summary.csv still names the old run folders
+    back = rows_from_summary_csv(moved)
+    for row, again in zip(rows, back):
+        for key in SUMMARY_COLUMNS:
+            if key in row:
+                want, got = row[key], again[key]
+                assert got == pytest.approx(want) if isinstance(want, float) and math.isfinite(want) else got == want
+        assert again["run_dir"].startswith(str(moved))
+    assert main(["plot", str(moved)]) == 0
+    for name in ("accuracy.png", "bytes.png", "cdfs.png"):
+        assert (moved / name).stat().st_size > 0
+    assert len(list((moved / "runs").glob("*/accuracy.png"))) == 2
+
+
+def test_plot_refuses_a_folder_without_results(tmp_path):
+    with pytest.raises(SystemExit, match="neither a run folder"):
+        main(["plot", str(tmp_path)])
