@@ -9,10 +9,11 @@ import sys
 from pathlib import Path
 
 from .options import OptionError
+from .fleet.snapshot import SnapshotError
 from .traces import DataFileError
 
 # what a run or its inputs may raise that is the user's to fix: reported in one line, no traceback
-USER_ERRORS = (OSError, KeyError, DataFileError, OptionError)
+USER_ERRORS = (OSError, KeyError, DataFileError, OptionError, SnapshotError)
 
 
 def _one_line(e: BaseException) -> str:
@@ -92,23 +93,39 @@ def _run(args: argparse.Namespace) -> int:
     if args.list:
         _print_listing()
         return 0
-    try:
-        scenario = Scenario.from_file(args.config) if args.config else get_preset(args.preset)
-        scenario = scenario.with_overrides(_parse_sets(args.set or []))
-    except (KeyError, ValueError) as e:
-        raise SystemExit(f"felix-jax run: {_one_line(e)}")
-    out = Path(args.out) if args.out else Path("results") / (
-        f"{scenario.name}-{scenario.strategy}-{scenario.availability}-seed{scenario.seed}")
+    snapshots = {"snapshot_every": args.snapshot_every, "snapshot_minutes": args.snapshot_minutes}
+    if args.resume:
+        if args.set or args.config or args.out or args.overwrite:
+            raise SystemExit("felix-jax run: --resume DIR continues the run in DIR as it was configured: "
+                             "no --set, --config, --out or --overwrite with it")
+        out = Path(args.resume)
+        try:
+            saved = json.loads((out / "config.json").read_text())
+            scenario = Scenario.from_file(out / "config.json")
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"felix-jax run: cannot resume {out}: {_one_line(e)}")
+        for key, name in (("snapshot_every", "every_aggregations"), ("snapshot_minutes", "every_minutes")):
+            if snapshots[key] is None:  # keep snapshotting as the run did
+                snapshots[key] = saved.get("snapshot", {}).get(name)
+    else:
+        try:
+            scenario = Scenario.from_file(args.config) if args.config else get_preset(args.preset)
+            scenario = scenario.with_overrides(_parse_sets(args.set or []))
+        except (KeyError, ValueError) as e:
+            raise SystemExit(f"felix-jax run: {_one_line(e)}")
+        out = Path(args.out) if args.out else Path("results") / (
+            f"{scenario.name}-{scenario.strategy}-{scenario.availability}-seed{scenario.seed}")
     created = not out.exists()
     try:  # before any training: a folder that cannot take the results, or holds another run's
-        prepare_out_dir(out, clear=args.overwrite, refuse_existing=True)
+        prepare_out_dir(out, clear=args.overwrite, refuse_existing=not args.resume)
     except OutputDirError as e:
         raise SystemExit(f"felix-jax run: {e}")
     enable_compilation_cache()
     print(f"felix-jax run: {scenario.name} | strategy {scenario.strategy} | availability {scenario.availability} "
           f"| {scenario.num_clients} clients | results -> {out}", flush=True)
     try:
-        result = run(scenario, out, progress=not args.quiet, stop_on_signals=True)
+        result = run(scenario, out, progress=not args.quiet, stop_on_signals=True, resume=bool(args.resume),
+                     **snapshots)
     except USER_ERRORS as e:
         if created and not any(out.iterdir()):  # refused before it wrote anything: leave no empty folder
             out.rmdir()
@@ -121,8 +138,10 @@ def _run(args: argparse.Namespace) -> int:
     print(f"results written to {out}/ (config.json, metrics.csv, summary.json, accuracy.png)")
     if result.interrupted_by is not None:
         name = signal.Signals(result.interrupted_by).name
+        more = (f"; continue it with: felix-jax run --resume {out}" if snapshots["snapshot_every"] is not None
+                or snapshots["snapshot_minutes"] is not None else "")
         print(f"felix-jax run: interrupted by {name} after {result.summary['aggregations']} aggregations; "
-              f"the results above are complete up to then", file=sys.stderr)
+              f"the results above are complete up to then{more}", file=sys.stderr)
         raise SystemExit(128 + result.interrupted_by)
     if result.summary["stop_reason"].startswith("diverged"):
         raise SystemExit(f"felix-jax run: {result.summary['stop_reason']}")
@@ -251,6 +270,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--list", action="store_true", help="list presets, strategies and availability regimes")
     run.add_argument("--overwrite", action="store_true",
                      help="replace the results of an earlier run in --out (refused otherwise)")
+    run.add_argument("--snapshot-every", type=int, metavar="N",
+                     help="write a snapshot to OUT/snapshot every N aggregations (and when interrupted)")
+    run.add_argument("--snapshot-minutes", type=float, metavar="M", help="also every M minutes of wall time")
+    run.add_argument("--resume", metavar="DIR",
+                     help="continue the run in DIR from its last snapshot; the finished results equal an "
+                          "uninterrupted run's")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.set_defaults(func=_run)
     cmp_ = sub.add_parser("compare", help="run strategies x availability regimes x seeds and compare them")

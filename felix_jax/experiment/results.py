@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 import tempfile
 from pathlib import Path
 from typing import IO
@@ -22,6 +23,7 @@ from ..fleet.simulator import Checkpoint, RunRecord
 METRIC_COLUMNS = ["time_s", "hours", "version", "accuracy", "loss", "bytes_total", "staleness_mean", "interval_s"]
 # what a run writes into its folder (``--overwrite`` clears these, nothing else)
 RESULT_FILES = ("config.json", "metrics.csv", "summary.json", "distributions.json", "accuracy.png")
+SNAPSHOT_DIR = "snapshot"  # a run's snapshots (felix_jax.fleet.snapshot), for --resume
 
 
 class OutputDirError(ValueError):
@@ -54,6 +56,8 @@ def prepare_out_dir(out_dir: str | Path, clear: bool = False, refuse_existing: b
                 (out / name).unlink(missing_ok=True)
             except OSError as e:
                 raise OutputDirError(f"cannot remove {out / name}: {e.strerror or e}") from None
+        if (out / SNAPSHOT_DIR).is_dir():  # a stale snapshot must never be resumed into a new run
+            shutil.rmtree(out / SNAPSHOT_DIR, ignore_errors=True)
     return out
 
 

@@ -27,7 +27,8 @@ from ..fleet.simulator import Checkpoint, FleetSimulator, RunRecord
 from ..options import OptionError, to_json
 from ..policies import make_aggregator, make_selector
 from .registry import make_model, make_profile, make_trace
-from .results import MetricsStream, prepare_out_dir, summarize, write_config, write_results
+from ..fleet.snapshot import SnapshotPolicy, save_snapshot
+from .results import SNAPSHOT_DIR, MetricsStream, prepare_out_dir, summarize, write_config, write_results
 from .scenario import Scenario
 
 
@@ -272,7 +273,8 @@ def run_config(sc: Scenario, sim: FleetSimulator) -> dict[str, Any]:
 
 
 def run(sc: Scenario, out_dir: str | Path | None = None, progress: bool = False, plot: bool = True,
-        stop_on_signals: bool = False) -> RunResult:
+        stop_on_signals: bool = False, snapshot_every: int | None = None, snapshot_minutes: float | None = None,
+        resume: bool = False) -> RunResult:
     """Builds and runs ``sc``; with ``out_dir``, writes its results folder as the run goes.
 
     The folder is checked (created, writable) before any work and a previous run's result
@@ -282,8 +284,19 @@ def run(sc: Scenario, out_dir: str | Path | None = None, progress: bool = False,
     ``stop_on_signals``: during the run, SIGINT / SIGTERM stop it after the current event;
     the results are then complete up to that point, with stop reason ``"interrupted"`` and
     ``RunResult.interrupted_by`` set to the signal (the ``felix-jax run`` command uses this).
+    ``snapshot_every`` aggregations and/or ``snapshot_minutes`` of wall time, the run writes a
+    snapshot to ``out_dir/snapshot`` (and one more when a signal stops it); ``resume=True``
+    continues the run whose snapshot ``out_dir`` holds (``sc`` must be its scenario, e.g.
+    ``Scenario.from_file(out_dir / "config.json")``): the finished run's files equal an
+    uninterrupted run's.
     """
-    out = prepare_out_dir(out_dir, clear=True) if out_dir is not None else None
+    if resume and out_dir is None:
+        raise ValueError("resume needs the results folder of the run to continue")
+    snap_dir = None if out_dir is None else Path(out_dir) / SNAPSHOT_DIR
+    if resume and not (snap_dir / "LATEST").is_file():
+        raise FileNotFoundError(f"{out_dir} holds no snapshot to resume ({snap_dir}/LATEST is missing); "
+                                "a run writes snapshots with --snapshot-every N")
+    out = prepare_out_dir(out_dir, clear=not resume) if out_dir is not None else None
     bar = _Progress(sc, progress)
     stream: MetricsStream | None = None
 
@@ -295,12 +308,22 @@ def run(sc: Scenario, out_dir: str | Path | None = None, progress: bool = False,
     with _StopOnSignals(stop_on_signals) as signals:
         try:
             sim = build_simulator(sc, on_checkpoint=on_checkpoint)
+            if resume:
+                sim.restore(snap_dir)
             config = run_config(sc, sim)
+            config["snapshot"] = {"every_aggregations": snapshot_every, "every_minutes": snapshot_minutes}
             if out is not None:
                 write_config(out, config)
                 stream = MetricsStream(out / "metrics.csv")
+                for cp in sim.checkpoints:  # rows up to the snapshot; a killed run may have written more
+                    stream(cp)
+                if snapshot_every is not None or snapshot_minutes is not None:
+                    sim.snapshot = SnapshotPolicy(snap_dir, every_aggregations=snapshot_every,
+                                                  every_minutes=snapshot_minutes)
             signals.attach(sim)
             record = sim.run()
+            if sim.snapshot is not None and record.stop_reason == "interrupted":
+                save_snapshot(sim, snap_dir)  # stopped between events: resume from exactly here
         finally:
             bar.close()
             if stream is not None:

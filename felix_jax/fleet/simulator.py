@@ -138,6 +138,7 @@ class FleetSimulator:
         self._time_to_target: float | None = None
         self._events = 0  # events processed
         self._started = False  # the initial checkpoint and first dispatch are done (run() or restore())
+        self._stop_requested: str | None = None  # request_stop(): the stop reason, taken between events
         self._snapshot_version = 0  # model version at the last snapshot (or restore)
         self._snapshot_clock = 0.0  # host perf_counter at the last snapshot (or at run() start)
         self._eval_samples = np.minimum(counts, engine.num_eval_batches(np.arange(len(counts)))
@@ -160,8 +161,16 @@ class FleetSimulator:
             self._checkpoint()  # accuracy of the initial model at t=0
             self.mode.refill(self)
         while self._stop_reason is None:
+            if self._stop_requested is not None:  # honoured between events, where the state is consistent
+                self._stop_reason = self._stop_requested
+                break
             if not len(self.queue):
-                self._stop_reason = "stalled: no pending events (every task waits on a client that never returns)"
+                # Every task waits on a client that is not back within the horizon (task timelines end
+                # there): the run is stuck until it, so that is when it ends in virtual time.
+                if math.isfinite(self.stop.max_virtual_s):
+                    self.now = max(self.now, self.stop.max_virtual_s)
+                self._stop_reason = ("stalled: no pending events (every task waits on a client that does not "
+                                     "return within the run's horizon)")
                 break
             if self.queue.peek_time() > self.stop.max_virtual_s:
                 self.now = self.stop.max_virtual_s
@@ -462,6 +471,7 @@ class FleetSimulator:
 
     def request_stop(self, reason: str) -> None:
         """Stops ``run()`` after the event in progress (e.g. on a signal), with ``reason`` as its
-        stop reason; a run that already has a stop reason keeps it."""
-        if self._stop_reason is None:
-            self._stop_reason = reason
+        stop reason; a run that already has a stop reason keeps it. Safe to call from a signal
+        handler: the loop checks the request only between events."""
+        if self._stop_reason is None and self._stop_requested is None:
+            self._stop_requested = reason
