@@ -192,6 +192,10 @@ def _compare(args: argparse.Namespace) -> int:
         rows = run_matrix(base, strategies, regimes, seeds, out, progress=not args.quiet, resume=not args.overwrite)
     except USER_ERRORS as e:
         raise SystemExit(f"felix-jax compare: {_one_line(e)}")
+    except KeyboardInterrupt:  # finished cells are on disk; the same command resumes from them
+        print(f"felix-jax compare: interrupted; finished cells are kept in {out}/runs, and the same command "
+              "continues from them", file=sys.stderr)
+        raise SystemExit(128 + signal.SIGINT)
     reference = "felix" if "felix" in strategies else strategies[0]
     table = comparison_table(rows, strategies, regimes, reference)
     (out / "table.txt").write_text(table + "\n")
