@@ -12,15 +12,15 @@ import dataclasses
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
+import optax
 
-from .cohort import CohortEngine, LocalTrainConfig, VersionStore, evaluate
+from .cohort import LocalTrainConfig, evaluate
 from .data.federated import held_out_to_device, to_device
 from .data.loaders import load_dataset
 from .data.partition import dirichlet_partition
 from .models import cifar_cnn
-from .policies.aggregators.base import apply_weighted_deltas
+from .rounds import FederatedRound
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,9 +44,9 @@ def run_demo(cfg: DemoConfig = DemoConfig(), log=print) -> dict:
     model = cifar_cnn()
     train_cfg = LocalTrainConfig(batch_size=cfg.batch_size, learning_rate=cfg.learning_rate,
                                  local_epochs=cfg.local_epochs)
-    engine = CohortEngine(model, data, train_cfg, seed=cfg.seed)
-    params = model.init(jax.random.key(cfg.seed))
-    store = VersionStore(params, capacity=1)
+    rounds = FederatedRound(model, data, train_cfg, server_optimizer=optax.sgd(cfg.server_lr), seed=cfg.seed)
+    engine = rounds.engine
+    state = rounds.init(model.init(jax.random.key(cfg.seed)))
     rng = np.random.default_rng(cfg.seed)
     sizes = part.size_stats()
     log(f"{ds.name}: {ds.train_x.shape[0]} train / {ds.test_x.shape[0]} test, {cfg.num_clients} clients "
@@ -54,19 +54,16 @@ def run_demo(cfg: DemoConfig = DemoConfig(), log=print) -> dict:
         f"{model.name}: {model.num_params:,} params; backend {jax.default_backend()}, plan {engine.plan}")
     history, trained, busy = [], 0, 0.0
     for r in range(cfg.rounds):
-        store.put(0, params)
         clients = rng.choice(cfg.num_clients, cfg.clients_per_round, replace=False)
         t0, n_calls = time.perf_counter(), len(engine.records)
-        out = engine.train(store.stacked, np.zeros(len(clients), np.int32), clients, r * 10_000 + np.arange(len(clients)))
-        # FedAvg: the new model is the sample-weighted mean of the clients' models
-        params = apply_weighted_deltas(params, out.delta, jnp.asarray(out.all_steps.count, jnp.float32),
-                                       jnp.float32(cfg.server_lr), normalize=True)
-        jax.block_until_ready(params)
+        # FedAvg: the new model is the sample-weighted mean of the clients' models (server_lr 1)
+        state, metrics = rounds(state, clients)
+        jax.block_until_ready(state.params)
         dt = time.perf_counter() - t0
-        samples = int(out.all_steps.count.sum())
+        samples = int(metrics.samples.sum())
         if not any(rec.compiled for rec in engine.records[n_calls:]):
             trained, busy = trained + samples, busy + dt  # rounds that compiled a new bucket excluded
-        m = evaluate(model, params, test)
+        m = evaluate(model, state.params, test)
         history.append({"round": r + 1, "accuracy": m.accuracy, "loss": m.loss, "seconds": dt, "samples": samples})
         log(f"round {r + 1:3d}  acc {m.accuracy:6.2%}  loss {m.loss:.3f}  {samples:5d} samples in {dt:5.2f} s")
     throughput = trained / busy if busy else float("nan")
