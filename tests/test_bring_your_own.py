@@ -177,3 +177,53 @@ def test_dropout_is_keyed_per_task_and_off_in_evaluation(tmp_path):
     d1, d1b, d2 = run(3).delta, run(3).delta, run(4).delta
     assert jax.tree_util.tree_all(jax.tree_util.tree_map(lambda u, v: bool(np.array_equal(u, v)), d1, d1b))
     assert not jax.tree_util.tree_all(jax.tree_util.tree_map(lambda u, v: bool(np.allclose(u, v)), d1, d2))
+
+
+def _user_npz(path, n=120, clients=6, with_client=True):
+    rng = np.random.default_rng(0)
+    arrays = dict(train_x=rng.integers(0, 256, (n, 8, 8, 3), dtype=np.uint8), train_y=rng.integers(0, 4, n),
+                  test_x=rng.integers(0, 256, (20, 8, 8, 3), dtype=np.uint8), test_y=rng.integers(0, 4, 20))
+    if with_client:
+        arrays["train_client"] = np.repeat(np.arange(100, 100 + clients), n // clients)
+    np.savez(path, **arrays)
+    return arrays
+
+
+def test_a_users_npz_data_set_with_natural_clients_runs(tmp_path):
+    from felix_jax.data.loaders import load_dataset
+
+    arrays = _user_npz(tmp_path / "mine.npz")
+    ds = load_dataset(str(tmp_path / "mine.npz"))
+    assert ds.num_classes == 4 and ds.input_scale == 1 / 255 and ds.train_keys.max() == 5
+    x = arrays["train_x"].reshape(-1, 3) / 255.0  # normalisation from the training inputs, per channel
+    np.testing.assert_allclose(ds.input_mean, x.mean(0), rtol=1e-9)
+    np.testing.assert_allclose(ds.input_std, x.std(0), rtol=1e-9)
+    rc = main(["run", "--preset", "tiny", "--set", f"dataset={tmp_path / 'mine.npz'}", "--set", "partition=natural",
+               "--set", "num_clients=6", "--set", "concurrency=2", "--set", "max_aggregations=2", "--quiet",
+               "--out", str(tmp_path / "o")])
+    assert rc == 0
+
+
+def test_a_bad_user_npz_names_the_file(tmp_path):
+    from felix_jax.data.loaders import load_dataset
+
+    np.savez(tmp_path / "bad.npz", train_x=np.zeros((2, 3)), labels=np.zeros(2))
+    with pytest.raises(DataFileError, match="bad.npz: arrays"):
+        load_dataset(str(tmp_path / "bad.npz"))
+    _user_npz(tmp_path / "nokeys.npz", with_client=False)
+    with pytest.raises(SystemExit, match="no per-sample client ids"):
+        main(["run", "--preset", "tiny", "--set", f"dataset={tmp_path / 'nokeys.npz'}", "--set",
+              "partition=natural", "--quiet", "--out", str(tmp_path / "o")])
+
+
+def test_tfds_data_sets_need_tensorflow_datasets_and_say_so():
+    pytest.importorskip("felix_jax.data.user")
+    from felix_jax.data.loaders import load_dataset
+
+    try:
+        import tensorflow_datasets  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match="dataset=tfds:mnist needs tensorflow-datasets"):
+            load_dataset("tfds:mnist")
+    else:
+        pytest.skip("tensorflow-datasets is installed; loading would need the network or a prepared copy")

@@ -12,6 +12,8 @@ name                  loader                                      needs
 ``speech_commands``   :func:`load_speech_commands_shared` (12)    ``$FELIX_JAX_DATA``
 ``speech_commands35`` :func:`load_speech_commands_shared` (35)    ``$FELIX_JAX_DATA``
 ``speech_commands_tfds`` :func:`load_speech_commands_tfds`        TensorFlow + network
+``PATH.npz``          :func:`~.user.load_arrays_npz`              your arrays
+``tfds:NAME``         :func:`~.user.load_tfds_dataset`            TensorFlow (+ network)
 ====================  ==========================================  ==================
 """
 
@@ -25,6 +27,7 @@ from .dataset import ArrayDataset
 from .embedded import load_digits_embedded
 from .paths import resolve_cache_dir, resolve_data_dir
 from .speech_commands import load_speech_commands_shared, load_speech_commands_tfds
+from .user import load_arrays_npz, load_tfds_dataset
 
 LOADERS: dict[str, Callable[..., ArrayDataset]] = {
     "digits": load_digits_embedded,
@@ -38,12 +41,18 @@ LOADERS: dict[str, Callable[..., ArrayDataset]] = {
 
 
 def load_dataset(name: str, **kwargs) -> ArrayDataset:
-    """Load a data set by its registry name (see the table above); ``kwargs`` go
-    to the loader."""
+    """Load a data set by its registry name (see the table above), a user's ``.npz`` of
+    arrays (:func:`~felix_jax.data.user.load_arrays_npz`), or ``tfds:NAME``; ``kwargs``
+    go to the loader."""
+    if name.startswith("tfds:"):
+        return load_tfds_dataset(name[5:], **kwargs)
+    if name.lower().endswith(".npz"):
+        return load_arrays_npz(name)
     try:
         loader = LOADERS[name]
     except KeyError:
-        raise ValueError(f"unknown data set {name!r}; known: {sorted(LOADERS)}") from None
+        raise ValueError(f"unknown data set {name!r}; known: {sorted(LOADERS)}, a .npz of arrays, "
+                         "or tfds:NAME") from None
     return loader(**kwargs)
 
 
@@ -56,6 +65,8 @@ __all__ = [
     "load_cifar10_tfds",
     "load_speech_commands_shared",
     "load_speech_commands_tfds",
+    "load_arrays_npz",
+    "load_tfds_dataset",
     "resolve_data_dir",
     "resolve_cache_dir",
 ]

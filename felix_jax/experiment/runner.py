@@ -60,15 +60,16 @@ def build_simulator(sc: Scenario, on_checkpoint=None) -> FleetSimulator:
         part = dirichlet_partition(ds.train_y, sc.num_clients, sc.alpha, seed=part_seed)
     elif sc.partition == "iid":
         part = iid_partition(len(ds.train_y), sc.num_clients, seed=part_seed)
-    elif sc.partition == "speaker":
+    elif sc.partition in ("natural", "speaker"):
         if ds.train_keys is None:
-            raise ValueError(f"data set {ds.name} has no per-sample keys (speaker ids) to partition by")
+            raise OptionError(f"partition={sc.partition!r}: data set {ds.name} has no per-sample client ids "
+                              "(speakers, writers...) to partition by")
         part = partition_by_key(ds.train_keys, sc.num_clients, seed=part_seed)
     elif sc.partition == "reference":
         part = dirichlet_sized_partition(ds.train_y, reference_sizes(sc.num_clients, len(ds.train_y)), sc.alpha,
                                          seed=part_seed)
     else:
-        raise KeyError(f"unknown partition {sc.partition!r}; known: dirichlet, iid, speaker, reference")
+        raise KeyError(f"unknown partition {sc.partition!r}; known: dirichlet, iid, natural (speaker), reference")
     model = make_model(sc.model, ds.input_shape, ds.num_classes)
     train_cfg = LocalTrainConfig(batch_size=sc.batch_size, learning_rate=sc.learning_rate, mode=sc.local_mode,
                                  local_epochs=sc.local_epochs, local_steps=sc.local_steps, augment=sc.augment)

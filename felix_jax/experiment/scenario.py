@@ -30,7 +30,8 @@ class Scenario:
     # data and model
     dataset: str = "digits"
     num_clients: int = 30
-    # dirichlet | iid | speaker (by the data set's keys) | reference (the paper's per-client sizes from the
+    # dirichlet | iid | natural / speaker (one client per id in the data: speakers, writers, users) |
+    # reference (the paper's per-client sizes from the
     # shared reference file, scaled to the data, with Dirichlet(alpha) label mixes)
     partition: str = "dirichlet"
     alpha: float = 0.5
@@ -182,5 +183,6 @@ _CHECKS: tuple[tuple[str, typing.Callable[[typing.Any], bool], str], ...] = (
     ("max_aggregations", lambda v: v >= 1, ">= 1"),
     ("eval_every", lambda v: v >= 1, ">= 1"),
     ("seed", lambda v: 0 <= v < 2 ** 32, "an integer in [0, 2^32)"),
-    ("partition", lambda v: v in ("dirichlet", "iid", "speaker", "reference"), "dirichlet, iid, speaker or reference"),
+    ("partition", lambda v: v in ("dirichlet", "iid", "natural", "speaker", "reference"),
+     "dirichlet, iid, natural (= speaker: one client per id in the data), or reference"),
 )
