@@ -40,8 +40,7 @@ FIDELITY_CPU = {"target_accuracy": "0.25", "num_test": "250", "max_virtual_hours
 def test_fidelity_ordering_at_50_percent_felix_before_oort_async():
     """Regression check on the paper's ordering at 50% (ref:syn_50, the paper's own trace,
     true time scale), cifar10-fidelity at 1 seed and a reduced budget: FeLiX reaches the
-    target first (BENCHMARKS.md: 0.089 h against 0.109 h for OORT+Async, seed 0) and the
-    sync OORT* has not reached it by then."""
+    target first (BENCHMARKS.md: 0.089 h against 0.109 h for OORT+Async, seed 0)."""
     base = get_preset("cifar10-fidelity").with_overrides({**FIDELITY_CPU, "availability": "ref:syn_50"})
     felix = run(base.with_overrides({"strategy": "felix"}), None).summary
     oort_async = run(base.with_overrides({"strategy": "oort-async"}), None).summary
