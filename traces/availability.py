@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 from collections.abc import Sequence
 from typing import Literal
 
@@ -572,3 +573,102 @@ class AvailabilityTrace:
             f"AvailabilityTrace(num_clients={self.num_clients}, rows={self.num_rows}, "
             f"duration_s={self.duration_s}, beyond_end={self.beyond_end!r})"
         )
+
+
+class ChangeCursor:
+    """Walks a trace's real changes in time order, from ``t0`` on (DESIGN.md "The server view at scale").
+
+    ``advance(t)`` returns the clients of every change in ``(time, t]`` (a client
+    once per change, in time order) and moves the cursor to ``t``; ``peek_time()``
+    is the time of the next change after the cursor. Each client's changes are
+    followed as a chain of ``next_change_after`` steps (the chain that
+    ``changes_between`` walks), so ``consumed``, the number of changes passed,
+    matches ``changes_between``'s count over the same interval.
+
+    Cost: a sorted window of upcoming changes is built ahead of the cursor from a
+    per-client next-change array; building one scans that array once (O(N)), and
+    the window's span adapts so that a window holds about ``N / 4`` changes (or
+    ends at the next change), which spreads the scan over as many changes. An
+    advance that stays inside the window is a binary search plus the changes it
+    passes. Memory: O(N) for the next-change array plus the window.
+    """
+
+    def __init__(self, trace: AvailabilityTrace, t0: float = 0.0):
+        self.trace = trace
+        self.time = float(t0)
+        self.consumed = 0
+        n = trace.num_clients
+        self._target = max(n // 4, 256)  # changes a window aims to hold
+        if n:
+            self._nxt = trace.next_change_after(self.time)[0]
+        else:
+            self._nxt = np.zeros(0)
+        self._end = self.time  # the window covers (time, _end]
+        self._wc = np.zeros(0, np.int64)
+        self._wt = np.zeros(0)
+        self._wi = 0
+        span = trace.duration_s / 64 if trace.duration_s > 0 else 1.0
+        self._span = span
+
+    def _extend(self, min_end: float) -> None:
+        """Replaces the (exhausted) window by the next one, ending at or after ``min_end``."""
+        a = self._end
+        nxt = self._nxt
+        first = float(nxt.min()) if nxt.size else math.inf
+        if not math.isfinite(first):  # no client ever changes again
+            self._end = math.inf
+            self._wc, self._wt, self._wi = np.zeros(0, np.int64), np.zeros(0), 0
+            return
+        b = max(min_end, a + self._span, first)
+        c = np.flatnonzero(nxt <= b)
+        t = nxt[c]
+        out_c, out_t = [], []
+        while c.size:
+            out_c.append(c)
+            out_t.append(t)
+            nt, _ = self.trace.next_change_after(t, c)
+            later = nt > b
+            if later.any():
+                nxt[c[later]] = nt[later]
+                keep = ~later
+                c, t = c[keep], nt[keep]
+            else:
+                t = nt
+        cc = np.concatenate(out_c) if out_c else np.zeros(0, np.int64)
+        tt = np.concatenate(out_t) if out_t else np.zeros(0)
+        order = np.lexsort((cc, tt))
+        self._wc, self._wt, self._wi = cc[order], tt[order], 0
+        self._end = b
+        # next span: about _target changes at this window's rate (never below the gap to the first change)
+        if cc.size and b > a:
+            self._span = max((b - a) * self._target / cc.size, 1e-9)
+        else:
+            self._span *= 4.0
+
+    def advance(self, t: float) -> np.ndarray:
+        """Clients of the changes in ``(time, t]`` (int64, in time order); the cursor moves to ``t``."""
+        t = float(t)
+        if not t > self.time:
+            return np.zeros(0, np.int64)
+        parts = []
+        while True:
+            j = self._wi + int(np.searchsorted(self._wt[self._wi:], t, side="right"))
+            if j > self._wi:
+                parts.append(self._wc[self._wi:j])
+                self.consumed += j - self._wi
+                self._wi = j
+            if t <= self._end:
+                break
+            self._extend(t)
+        self.time = t
+        if not parts:
+            return np.zeros(0, np.int64)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def peek_time(self) -> float:
+        """Time of the next change after the cursor (``inf`` if none ever comes)."""
+        while self._wi >= self._wt.size:
+            if not math.isfinite(self._end):
+                return math.inf
+            self._extend(self._end)
+        return float(self._wt[self._wi])

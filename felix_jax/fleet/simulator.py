@@ -30,7 +30,7 @@ from .clientmap import ClientMap
 from .config import FleetConfig, StopRule
 from .events import EventKind, EventQueue
 from .executor import EvalOutcome, LazyExecutor, TrainOutcome
-from .knowledge import Knowledge, notifications_between, refresh_view
+from .knowledge import Knowledge, ViewTracker
 from .lifecycle import task_timeline
 from .server_optimizer import make_server_optimizer, server_step, weighted_mean_delta
 from .snapshot import SnapshotPolicy, load_snapshot, save_snapshot
@@ -131,6 +131,9 @@ class FleetSimulator:
         self._eval_sel_state = eval_selector.init() if eval_selector else None
         self._evals_this_round = 0
         self._last_notify_t = 0.0
+        # the view, wake-ups and notification counts follow the trace's changes only (knowledge.py)
+        self._tracker = ViewTracker(config.knowledge, trace, config.sees_eval_tier)
+        self._wake_pending: bool | None = None  # a WAKE event is queued (None: ask the queue)
         self.checkpoints: list[Checkpoint] = []
         self.aggregation_times: list[float] = [0.0]
         self._accuracies: list[float] = []
@@ -217,7 +220,7 @@ class FleetSimulator:
 
     # --------------------------------------------------------------- dispatch
     def refresh_view(self) -> None:
-        refresh_view(self.cfg.knowledge, self.view, self.trace, self.now, self.cfg.sees_eval_tier)
+        self._tracker.refresh(self.view, self.now, self._last_notify_t)
 
     def select_and_dispatch(self, k: int, kind: str = "train") -> int:
         """Asks the (train or eval) selector for up to ``k`` clients and dispatches them."""
@@ -290,12 +293,16 @@ class FleetSimulator:
 
     def schedule_wake(self) -> None:
         """Under oracle/TierTrack, retry selection when the next client changes tier."""
-        if self.cfg.knowledge is Knowledge.NONE or self.queue.has(EventKind.WAKE):
+        if self.cfg.knowledge is Knowledge.NONE:
             return
-        nt, _ = self.trace.next_change_after(self.now)
-        t = float(np.min(nt)) if len(nt) else math.inf
+        if self._wake_pending is None:  # a fresh or restored simulator: the queue knows
+            self._wake_pending = self.queue.has(EventKind.WAKE)
+        if self._wake_pending:
+            return
+        t = self._tracker.next_change(self.now, self._last_notify_t)
         if math.isfinite(t):
             self.queue.push(t, EventKind.WAKE)
+            self._wake_pending = True
 
     # ----------------------------------------------------------------- events
     def _on_reply(self, tid: int) -> None:
@@ -356,6 +363,7 @@ class FleetSimulator:
         self.mode.refill(self)
 
     def _on_wake(self, _payload) -> None:
+        self._wake_pending = False  # WAKE events come only from schedule_wake, one at a time
         self.mode.refill(self)
 
     # ------------------------------------------------------------ aggregation
@@ -464,7 +472,7 @@ class FleetSimulator:
     def _count_notifications(self) -> None:
         if self.cfg.knowledge is not Knowledge.TIERTRACK or self.now <= self._last_notify_t:
             return
-        n = notifications_between(self.trace, self._last_notify_t, self.now)
+        n = self._tracker.notifications(self.now, self._last_notify_t)
         self._last_notify_t = self.now
         self.acct.control_messages += n
         self.acct.control_bytes += n * self.cfg.control_message_bytes

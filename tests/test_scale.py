@@ -1,0 +1,146 @@
+"""Population scale: the incremental server view equals the full recomputation.
+
+Property tests (hypothesis) on random traces, hold and repeat, with shared and
+per-client periods, and random sequences of event times: at every event the
+incremental view (``ViewTracker``) equals ``refresh_view``'s recomputation from
+``trace.state_at(now)``, notification counts equal ``notifications_between``,
+and the next wake-up equals the earliest ``next_change_after``.
+"""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from felix_jax.fleet.clientmap import ClientMap
+from felix_jax.fleet.knowledge import Knowledge, ViewTracker, notifications_between, refresh_view
+from felix_jax.traces import AvailabilityTrace, Tier
+from felix_jax.traces.availability import ChangeCursor
+
+STATES = [int(t) for t in Tier]
+
+
+@st.composite
+def traces(draw, grid: bool = True):
+    """A random trace: a few clients, a few rows each, hold or repeat, maybe per-client periods."""
+    n = draw(st.integers(1, 6))
+    duration = draw(st.sampled_from([4.0, 7.5, 10.0, 24.0]))
+    beyond = draw(st.sampled_from(["hold", "repeat"]))
+    if grid:  # quarter seconds: every sum k * period + offset is exact in float
+        time = st.integers(0, int(4 * duration)).map(lambda q: q / 4)
+    else:
+        time = st.floats(0.0, duration, allow_nan=False, allow_infinity=False)
+    client, times, states = [], [], []
+    for c in range(n):
+        rows = draw(st.lists(st.tuples(time, st.sampled_from(STATES)), min_size=0, max_size=8))
+        rows.sort(key=lambda r: r[0])
+        for t, s in rows:
+            client.append(c)
+            times.append(t)
+            states.append(s)
+    periods = None
+    if beyond == "repeat" and draw(st.booleans()):
+        periods = np.array([draw(st.integers(1, int(4 * duration)).map(lambda q: q / 4)) for _ in range(n)])
+    return AvailabilityTrace.from_rows(np.array(client, np.int64), np.array(times, float),
+                                       np.array(states, np.int64), num_clients=n, duration_s=duration,
+                                       beyond_end=beyond, client_duration_s=periods,
+                                       initial_state=draw(st.sampled_from(STATES)))
+
+
+def event_times(grid: bool = True):
+    step = (st.integers(0, 40).map(lambda q: q / 4) if grid
+            else st.floats(0.0, 10.0, allow_nan=False, allow_infinity=False))
+    return st.lists(st.tuples(step, st.sampled_from(["refresh", "count", "wake"])), min_size=1, max_size=25)
+
+
+def full_view(trace, now, sees_eval_tier):
+    view = ClientMap.create(np.ones(trace.num_clients, np.int64))
+    refresh_view(Knowledge.ORACLE, view, trace, now, sees_eval_tier)
+    return view.tier
+
+
+def check_tracker(trace, steps, knowledge, sees_eval_tier):
+    view = ClientMap.create(np.ones(trace.num_clients, np.int64))
+    rng = np.random.default_rng(0)
+    view.tier[:] = rng.integers(0, 3, trace.num_clients)  # a none-view holds what replies taught it
+    blind = view.tier.copy()
+    tracker = ViewTracker(knowledge, trace, sees_eval_tier)
+    now = last_notify = 0.0
+    for dt, op in steps:
+        now += dt
+        if op == "refresh":
+            tracker.refresh(view, now, last_notify)
+            if knowledge is Knowledge.NONE:
+                np.testing.assert_array_equal(view.tier, blind)
+            else:
+                np.testing.assert_array_equal(view.tier, full_view(trace, now, sees_eval_tier), err_msg=f"t={now}")
+        elif op == "count" and knowledge is Knowledge.TIERTRACK and now > last_notify:
+            assert tracker.notifications(now, last_notify) == notifications_between(trace, last_notify, now)
+            last_notify = now
+        elif op == "wake" and knowledge is not Knowledge.NONE:
+            nt, _ = trace.next_change_after(now)
+            assert tracker.next_change(now, last_notify) == float(np.min(nt))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(traces(), event_times(), st.sampled_from(list(Knowledge)), st.booleans())
+def test_incremental_view_equals_full_recomputation(trace, steps, knowledge, sees_eval_tier):
+    check_tracker(trace, steps, knowledge, sees_eval_tier)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(traces(grid=False), event_times(grid=False), st.booleans())
+def test_incremental_view_on_arbitrary_float_times(trace, steps, sees_eval_tier):
+    check_tracker(trace, steps, Knowledge.TIERTRACK, sees_eval_tier)
+
+
+@settings(max_examples=200, deadline=None)
+@given(traces(), st.lists(st.integers(0, 60).map(lambda q: q / 4), min_size=1, max_size=20))
+def test_cursor_yields_changes_between(trace, steps):
+    cursor = ChangeCursor(trace, 0.0)
+    t = 0.0
+    for dt in steps:
+        t1 = t + dt
+        got = cursor.advance(t1)
+        want, _, _ = trace.changes_between(t, t1) if t1 > t else (np.zeros(0, np.int64), None, None)
+        np.testing.assert_array_equal(got, want)  # same clients, same (time, client) order
+        t = t1
+    assert cursor.consumed == notifications_between(trace, 0.0, t)
+
+
+def test_cursor_on_a_large_slotted_trace_touches_only_what_changes():
+    from felix_jax.traces import slot_bernoulli
+
+    trace = slot_bernoulli(20_000, 0.5, num_slots=12, slot_s=60.0, seed=3)
+    tracker = ViewTracker(Knowledge.ORACLE, trace, False)
+    view = ClientMap.create(np.ones(trace.num_clients, np.int64))
+    for now in [0.0, 10.0, 59.9, 60.0, 61.0, 200.0, 200.0, 719.0, 720.0, 5000.0]:
+        tracker.refresh(view, now, 0.0)
+        np.testing.assert_array_equal(view.tier, full_view(trace, now, False))
+    assert math.isinf(tracker.next_change(5000.0, 0.0))  # hold after the last slot: nothing changes
+
+
+@pytest.mark.parametrize("knowledge", ["oracle", "tiertrack"])
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_simulator_view_equals_recomputation_at_every_refresh(knowledge, mode):
+    from felix_jax.traces import slot_bernoulli
+    from tests.test_fleet import make_sim
+
+    trace = slot_bernoulli(16, 0.5, num_slots=12, slot_s=10.0, seed=1).with_beyond_end("repeat")
+    sim = make_sim(trace, np.linspace(5.0, 40.0, 16), mode=mode, knowledge=knowledge, concurrency=4, goal=2,
+                   max_aggregations=25, max_s=3000.0)
+    seen = []
+    inner = sim.refresh_view
+
+    def checked():
+        inner()
+        np.testing.assert_array_equal(sim.view.tier, full_view(trace, sim.now, sim.cfg.sees_eval_tier))
+        seen.append(sim.now)
+
+    sim.refresh_view = checked
+    rec = sim.run()
+    assert len(seen) > 10 and rec.end_time_s > 150.0  # past the 120 s period: repeats
+    if knowledge == "tiertrack":
+        assert rec.accounting.control_messages == notifications_between(trace, 0.0, rec.end_time_s)
