@@ -97,6 +97,18 @@ def fidelity_table(rows: list[dict], strategies: list[str], regimes: list[str]) 
     return "\n".join(lines)
 
 
+def finished_rows(out: Path) -> list[dict]:
+    """Rows of every finished cell under ``out/runs`` (its config.json and summary.json)."""
+    rows = []
+    for run_dir in sorted((out / "runs").glob("*/summary.json")):
+        config = json.loads((run_dir.parent / "config.json").read_text())["scenario"]
+        summary = json.loads(run_dir.read_text())
+        rows.append({"strategy": config["strategy"], "availability": config["availability"], "seed": config["seed"],
+                     "time_to_target_h": summary["time_to_target_h"], "final_accuracy": summary["final_accuracy"],
+                     "run_dir": str(run_dir.parent), "_summary": summary})
+    return rows
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scenario", default="cifar10-fidelity")
@@ -110,6 +122,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--out", default="results/paper-matrix")
     ap.add_argument("--json", help="write the rows and the table here")
+    ap.add_argument("--table-only", action="store_true",
+                    help="run nothing: tabulate every finished cell under --out/runs (all seeds found)")
     args = ap.parse_args(argv)
     enable_compilation_cache()
     base = get_preset(args.scenario).with_overrides(dict(kv.split("=", 1) for kv in args.set))
@@ -121,6 +135,13 @@ def main(argv=None) -> dict:
         cells += [(st, rg, sd) for rg in regimes for st in strategies]
         cells += [(st, rg, sd) for rg in ablation_regimes for st in ablations]
     out = Path(args.out)
+    if args.table_only:
+        rows = finished_rows(out)
+        table = fidelity_table(rows, strategies + [a for a in ablations if a not in strategies],
+                               list(dict.fromkeys(regimes + ablation_regimes)))
+        print(table)
+        (out / "table.md").write_text(table + "\n")
+        return {"rows": rows, "table": table}
     t0 = time.perf_counter()
     rows = run_matrix(base, [], [], [], out, progress=False, workers=args.workers, cells=cells,
                       deadline=time.time() + args.budget_s, plot=False)
