@@ -70,7 +70,7 @@ def fidelity_table(rows: list[dict], strategies: list[str], regimes: list[str]) 
     reached it, and how many did), the ratio of means to FeLiX, the paper's ratio,
     and GB split train / eval / control."""
     lines = ["| regime | strategy | reached | hours to target (mean +- std) | x FeLiX | paper | "
-             "GB train / eval / control | last-20 acc at end | aggregations | end (h) |",
+             "GB train / eval, control MB | last-20 acc at end | aggregations | end (h) |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for rg in regimes:
         label = REGIMES.get(rg, rg)
@@ -88,12 +88,13 @@ def fidelity_table(rows: list[dict], strategies: list[str], regimes: list[str]) 
             else:
                 text, ratio = "not reached", "-"
             s = [r["_summary"] for r in cell]
-            gb = [np.mean([x[k] for x in s]) / 1e9 for k in ("bytes_train", "bytes_eval", "control_bytes")]
+            gb = [np.mean([x[k] for x in s]) / 1e9 for k in ("bytes_train", "bytes_eval")]
+            control_mb = np.mean([x["control_bytes"] for x in s]) / 1e6
             acc = np.mean([last_mean_accuracy(r["run_dir"]) for r in cell])
             aggs = np.mean([x["aggregations"] for x in s])
             end_h = np.mean([x["end_time_s"] for x in s]) / 3600
             lines.append(f"| {label} | {st} | {len(hours)}/{len(cell)} | {text} | {ratio} | {paper_ratio(st, label)} "
-                         f"| {gb[0]:.2f} / {gb[1]:.2f} / {gb[2]:.4f} | {acc:.3f} | {aggs:.0f} | {end_h:.2f} |")
+                         f"| {gb[0]:.2f} / {gb[1]:.2f}, {control_mb:.3f} | {acc:.3f} | {aggs:.0f} | {end_h:.2f} |")
     return "\n".join(lines)
 
 
