@@ -32,7 +32,7 @@ class Bucket:
     """One compiled call: ``indices`` into the flush, padded to ``num_tasks``."""
 
     indices: np.ndarray  # (n,) positions of the real tasks in the flush
-    num_tasks: int  # power of two >= len(indices)
+    num_tasks: int  # >= len(indices): a power of two per device (``bucket_size``)
     length: int  # scan length (steps or batches) from the ladder
 
     @property
@@ -40,8 +40,17 @@ class Bucket:
         return self.num_tasks * self.length
 
 
+def bucket_size(n: int, min_tasks: int = 1, devices: int = 1) -> int:
+    """Padded task count of a call with ``n`` real tasks: a power of two per device, times ``devices``.
+
+    At least ``min_tasks`` in all. One device: the next power of two >= max(n, min_tasks).
+    """
+    per_device = max(-(-int(n) // devices), -(-int(min_tasks) // devices))
+    return devices * next_pow2(per_device)
+
+
 def plan_buckets(lengths: np.ndarray, max_tasks: int = 256, call_overhead: int = 8, min_tasks: int = 1,
-                 chunk: int | None = None) -> list[Bucket]:
+                 chunk: int | None = None, devices: int = 1) -> list[Bucket]:
     """Groups tasks with per-task ``lengths`` into buckets; see module docstring.
 
     ``call_overhead`` is the fixed cost of one extra call, in task-steps; larger
@@ -49,6 +58,9 @@ def plan_buckets(lengths: np.ndarray, max_tasks: int = 256, call_overhead: int =
     ``chunk``: the engine steps chunks of this many tasks (sorted by length) and
     stops each at its longest task, so a group costs about the sum over its chunks
     of chunk size x chunk maximum (``None``: one chunk, the whole bucket).
+    ``devices``: the bucket is split over this many devices, each holding a power of
+    two of tasks (``bucket_size``), dealt round-robin (``plan.task_layout``), so a
+    device's chunk spans ``chunk x devices`` consecutive sorted tasks.
     """
     lengths = np.asarray(lengths, dtype=np.int64)
     if lengths.ndim != 1 or lengths.size == 0:
@@ -59,6 +71,8 @@ def plan_buckets(lengths: np.ndarray, max_tasks: int = 256, call_overhead: int =
         raise ValueError(f"max_tasks must be a power of two, got {max_tasks}")
     if min_tasks < 1 or min_tasks & (min_tasks - 1) or min_tasks > max_tasks:
         raise ValueError(f"min_tasks must be a power of two <= max_tasks, got {min_tasks}")
+    if devices < 1:
+        raise ValueError(f"devices must be >= 1, got {devices}")
     order = np.argsort(lengths, kind="stable")
     rungs = np.array([ladder_ceil(v) for v in lengths[order]])
     bounds = np.flatnonzero(np.diff(rungs)) + 1
@@ -72,9 +86,9 @@ def plan_buckets(lengths: np.ndarray, max_tasks: int = 256, call_overhead: int =
         n = ends[j] - starts[i]
         calls = -(-n // max_tasks)
         if chunk is None:
-            per_call = max(min(next_pow2(n), max_tasks), min_tasks)
+            per_call = bucket_size(min(n, max_tasks), min_tasks, devices)
             return calls * (per_call * int(rungs[ends[j] - 1]) + call_overhead)
-        return calls * call_overhead + executed_work(sorted_lengths[starts[i]: ends[j]], chunk)
+        return calls * call_overhead + executed_work(sorted_lengths[starts[i]: ends[j]], chunk * devices)
 
     best = [0] + [np.iinfo(np.int64).max] * g
     choice = [0] * (g + 1)
@@ -91,7 +105,7 @@ def plan_buckets(lengths: np.ndarray, max_tasks: int = 256, call_overhead: int =
         length = int(rungs[ends[j - 1] - 1])
         for k in range(0, len(idx), max_tasks):
             part = idx[k: k + max_tasks]
-            buckets.append(Bucket(part, max(next_pow2(len(part)), min_tasks), length))
+            buckets.append(Bucket(part, bucket_size(len(part), min_tasks, devices), length))
         j = i
     return buckets[::-1]
 

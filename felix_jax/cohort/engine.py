@@ -7,6 +7,15 @@ slot, derive the task key as ``fold_in(base_key, task_id)``, and run
 ``local_train`` / ``local_eval`` under the execution plan (vmap / lax.map /
 chunks). Padded tasks take zero steps and are sliced off: they change no result.
 
+Several devices (``devices``, default all that jax sees): each bucket's task
+arrays are sharded over a ``jax.sharding.Mesh`` with one "clients" axis, dealt
+round-robin so every device gets a sorted share of the work; the data set and the
+version store are replicated; each device runs the per-device plan on its share
+(``jax.shard_map`` under ``jax.jit``) and the outputs are gathered onto every
+device (``out_shardings`` replicated). Bucket sizes become a power of two per
+device. The host reads results from its first device, so nothing after the call
+changes (``plan.py``, "several devices"). ``devices=1`` is the single-device path.
+
 ``backend='debug'`` runs the very same per-client functions un-jitted, one task
 at a time in Python: the reference for parity tests (fedjax's debug backend).
 """
@@ -24,11 +33,12 @@ import numpy as np
 
 from ..data.federated import FederatedData
 from ..models.base import Model, Params
-from .buckets import plan_buckets
+from .buckets import next_pow2, plan_buckets
 from .config import LocalEvalConfig, LocalTrainConfig
 from .local import (EvalResult, eval_final, eval_init, eval_step, local_eval, local_train, train_final,
                     train_init, train_step)
-from .plan import ExecutionPlan, auto_plan, cohort_scan
+from .plan import (CLIENTS_AXIS, ExecutionPlan, auto_plan, cohort_devices, cohort_scan, local_copy, place_by_task,
+                   place_replicated, sharded_cohort, task_layout)
 from .stats import LossStats
 
 
@@ -42,7 +52,7 @@ class CohortTrainOutput(NamedTuple):
     ordered deltas on demand (demos, tests).
     """
 
-    parts: tuple  # per bucket: delta pytree with leaves (bucket size, ...)
+    parts: tuple  # per bucket: delta pytree with leaves (bucket size, ...), on the engine's first device
     part_of: np.ndarray  # (n,) int: which part holds task i
     rows: np.ndarray  # (n,) int: its row in that part
     first_batch: LossStats  # numpy (n,) each
@@ -68,7 +78,7 @@ class CohortEvalOutput(NamedTuple):
 class CallRecord:
     kind: str  # "train" or "eval"
     num_tasks: int  # real tasks
-    padded_tasks: int  # power-of-two bucket size
+    padded_tasks: int  # bucket size (a power of two per device)
     executed_work: int  # task-steps computed (chunks stop at their longest task)
     useful_work: int  # sum of real tasks' steps / batches
     seconds: float  # host wall time incl. device sync
@@ -85,7 +95,7 @@ class CohortEngine:
     def __init__(self, model: Model, data: FederatedData, train_cfg: LocalTrainConfig,
                  eval_cfg: LocalEvalConfig | None = None, *, seed: int = 0,
                  backend: Literal["jit", "debug"] = "jit", plan: ExecutionPlan | str | None = None,
-                 max_tasks_per_call: int = 256, min_tasks_per_call: int | None = None):
+                 max_tasks_per_call: int = 256, min_tasks_per_call: int | None = None, devices: int | None = None):
         if backend not in ("jit", "debug"):
             raise ValueError(f"backend must be 'jit' or 'debug', got {backend!r}")
         self.model = model
@@ -95,10 +105,18 @@ class CohortEngine:
         self.backend = backend
         self.plan = ExecutionPlan.parse(plan) if isinstance(plan, str) else (plan or auto_plan())
         self.max_tasks_per_call = max_tasks_per_call
-        # Small flushes are padded up to one chunk: padded tasks are skipped by the
-        # step scan, and fewer distinct shapes mean fewer compilations.
-        self.min_tasks_per_call = min_tasks_per_call or (1 if self.plan.kind == "vmap" else
-                                                         8 if self.plan.kind == "map" else self.plan.chunk)
+        # the debug backend is the one-task-at-a-time reference: always one device
+        self.devices = cohort_devices(devices) if backend == "jit" else cohort_devices(1)
+        self.num_devices = len(self.devices)
+        # Small flushes are padded up to one chunk (per device): padded tasks are skipped by
+        # the step scan, and fewer distinct shapes mean fewer compilations.
+        per_device = self.plan.chunk if self.plan.kind == "chunked" else 1
+        self.min_tasks_per_call = max(min_tasks_per_call or (1 if self.plan.kind == "vmap" else
+                                                             8 if self.plan.kind == "map" else self.plan.chunk),
+                                      next_pow2(self.num_devices * per_device))
+        if self.min_tasks_per_call > max_tasks_per_call:
+            raise ValueError(f"max_tasks_per_call={max_tasks_per_call} is below one chunk per device "
+                             f"({self.min_tasks_per_call} tasks on {self.num_devices} devices)")
         self._chunk = None if self.plan.kind == "vmap" else (1 if self.plan.kind == "map" else self.plan.chunk)
         self.base_key = jax.random.key(seed)
         self.counts = np.asarray(jax.device_get(data.counts))
@@ -109,10 +127,19 @@ class CohortEngine:
         self.eval_scan_len = int(self.num_eval_batches(all_clients).max(initial=1))
         self.records: list[CallRecord] = []
         self._seen_shapes: set[tuple] = set()
-        self._train_jit = jax.jit(partial(_run_cohort, train_init, train_step, train_final, model, train_cfg),
-                                  static_argnames=("scan_len", "plan"))
-        self._eval_jit = jax.jit(partial(_run_cohort, eval_init, eval_step, eval_final, model, self.eval_cfg),
-                                 static_argnames=("scan_len", "plan"))
+        if self.num_devices == 1:
+            self._mesh = None
+            self._train_jit = jax.jit(partial(_run_cohort, train_init, train_step, train_final, model, train_cfg),
+                                      static_argnames=("scan_len", "plan"))
+            self._eval_jit = jax.jit(partial(_run_cohort, eval_init, eval_step, eval_final, model, self.eval_cfg),
+                                     static_argnames=("scan_len", "plan"))
+        else:
+            self._mesh = jax.sharding.Mesh(np.array(self.devices), (CLIENTS_AXIS,))
+            self._data_on_mesh = place_replicated(data, self._mesh)  # once: the data never changes
+            # results are read on this process's first mesh device, where single-device code would put them
+            self._home = next(d for d in self.devices if d.process_index == jax.process_index())
+            self._train_jit = self._sharded(train_init, train_step, train_final, train_cfg, self.train_scan_len)
+            self._eval_jit = self._sharded(eval_init, eval_step, eval_final, self.eval_cfg, self.eval_scan_len)
 
     # ---- host API -------------------------------------------------------------------
     def num_train_steps(self, clients) -> np.ndarray:
@@ -129,11 +156,10 @@ class CohortEngine:
             return self._train_debug(stacked_params, slots, clients, task_ids, steps)
         parts, order = [], []
         for b in self._buckets(steps):
-            args = _pad_task_args(b.num_tasks, slots[b.indices], clients[b.indices], task_ids[b.indices],
-                                  steps[b.indices])
-            out = self._timed("train", b, steps, lambda: self._train_jit(
-                stacked_params, self.data, *args, self.base_key, scan_len=self.train_scan_len, plan=self.plan))
-            parts.append((out, len(b.indices)))
+            args, rows = self._task_args(b, slots, clients, task_ids, steps)
+            out = self._timed("train", b, args[-1], lambda: self._call(
+                self._train_jit, stacked_params, args, self.train_scan_len))
+            parts.append((out, rows))
             order.append(b.indices)
         return _assemble_train(parts, np.concatenate(order))
 
@@ -145,14 +171,12 @@ class CohortEngine:
             return self._eval_debug(stacked_params, slots, clients, task_ids, batches)
         stats_parts, correct_parts, order = [], [], []
         for b in self._buckets(batches):
-            args = _pad_task_args(b.num_tasks, slots[b.indices], clients[b.indices], task_ids[b.indices],
-                                  batches[b.indices])
-            out: EvalResult = self._timed("eval", b, batches, lambda: self._eval_jit(
-                stacked_params, self.data, *args, self.base_key, scan_len=self.eval_scan_len, plan=self.plan))
+            args, rows = self._task_args(b, slots, clients, task_ids, batches)
+            out: EvalResult = self._timed("eval", b, args[-1], lambda: self._call(
+                self._eval_jit, stacked_params, args, self.eval_scan_len))
             host = jax.device_get(out)
-            n = len(b.indices)
-            stats_parts.append(LossStats(*(np.asarray(v)[:n] for v in host.stats)))
-            correct_parts.append(np.asarray(host.correct)[:n])
+            stats_parts.append(LossStats(*(np.asarray(v)[rows] for v in host.stats)))
+            correct_parts.append(np.asarray(host.correct)[rows])
             order.append(b.indices)
         inv = np.argsort(np.concatenate(order), kind="stable")
         stats = LossStats(*(np.concatenate([getattr(s, f) for s in stats_parts])[inv] for f in LossStats._fields))
@@ -192,20 +216,43 @@ class CohortEngine:
         return slots, clients, task_ids
 
     def _buckets(self, lengths: np.ndarray):
-        return plan_buckets(lengths, self.max_tasks_per_call, min_tasks=self.min_tasks_per_call, chunk=self._chunk)
+        return plan_buckets(lengths, self.max_tasks_per_call, min_tasks=self.min_tasks_per_call, chunk=self._chunk,
+                            devices=self.num_devices)
+
+    def _task_args(self, bucket, slots, clients, task_ids, lengths):
+        """The bucket's padded task arrays (host numpy, in device order) and each real task's row."""
+        args = _pad_task_args(bucket.num_tasks, slots[bucket.indices], clients[bucket.indices],
+                              task_ids[bucket.indices], lengths[bucket.indices])
+        layout = task_layout(bucket.num_tasks, self.num_devices)
+        rows = np.argsort(layout, kind="stable")[:len(bucket.indices)]
+        return tuple(a[layout] for a in args), rows
+
+    def _call(self, jitted, stacked_params, args, scan_len):
+        if self._mesh is None:
+            return jitted(stacked_params, self.data, *(jnp.asarray(a) for a in args), self.base_key,
+                          scan_len=scan_len, plan=self.plan)
+        out = jitted(place_replicated(stacked_params, self._mesh), self._data_on_mesh,
+                     *(place_by_task(a, self._mesh) for a in args))
+        return local_copy(out, self._home)
+
+    def _sharded(self, init, step, final, cfg, scan_len):
+        def run(stacked, data, slots, clients, task_ids, lengths):
+            return _run_cohort(init, step, final, self.model, cfg, stacked, data, slots, clients, task_ids, lengths,
+                               self.base_key, scan_len=scan_len, plan=self.plan)
+
+        return sharded_cohort(run, self._mesh, num_task_args=4)
 
     def _timed(self, kind, bucket, lengths, call):
+        """Runs ``call`` and records it; ``lengths`` are the bucket's padded lengths in device order."""
         shape = (kind, bucket.num_tasks, jax.tree_util.tree_leaves(self.data)[0].shape)
         compiled = shape not in self._seen_shapes
         self._seen_shapes.add(shape)
         t0 = time.perf_counter()
         out = jax.block_until_ready(call())
-        # bucket indices come sorted by length; padded tasks (length 0) follow them
-        real = lengths[bucket.indices]
-        padded = np.concatenate([real, np.zeros(bucket.num_tasks - len(real), real.dtype)])
-        chunk = self._chunk or bucket.num_tasks
-        work = int(sum(len(c) * c.max() for c in np.split(padded, bucket.num_tasks // chunk)))
-        self.records.append(CallRecord(kind, len(bucket.indices), bucket.num_tasks, work, int(real.sum()),
+        # each device steps its share in chunks that stop at their longest task
+        chunk = self._chunk or bucket.num_tasks // self.num_devices
+        work = int(sum(len(c) * c.max() for c in np.split(lengths, bucket.num_tasks // chunk)))
+        self.records.append(CallRecord(kind, len(bucket.indices), bucket.num_tasks, work, int(lengths.sum()),
                                        time.perf_counter() - t0, compiled))
         return out
 
@@ -242,23 +289,24 @@ def _pad_task_args(size: int, slots, clients, task_ids, lengths):
     pad = size - len(clients)
 
     def padded(a, fill):
-        return jnp.asarray(np.concatenate([a, np.full(pad, fill, a.dtype)]))
+        return np.concatenate([a, np.full(pad, fill, a.dtype)])
 
     return (padded(slots, slots[0]), padded(clients, clients[0]), padded(task_ids, 0), padded(lengths, 0))
 
 
 def _assemble_train(parts, order) -> CohortTrainOutput:
+    """``parts``: per bucket (output, rows of its real tasks in bucket order); ``order``: their flush positions."""
     inv = np.argsort(order, kind="stable")
-    ns = [n for _, n in parts]
-    part_of = np.repeat(np.arange(len(parts)), ns)[inv]
-    rows = np.concatenate([np.arange(n) for n in ns])[inv]
+    part_of = np.repeat(np.arange(len(parts)), [len(r) for _, r in parts])[inv]
+    rows = np.concatenate([r for _, r in parts])[inv]
     host = jax.device_get([(out.first_batch, out.all_steps, out.num_steps) for out, _ in parts])
+    part_rows = [r for _, r in parts]
 
     def cat(field_idx):
-        return LossStats(*(np.concatenate([np.asarray(h[field_idx][f])[:n] for h, n in zip(host, ns)])[inv]
+        return LossStats(*(np.concatenate([np.asarray(h[field_idx][f])[r] for h, r in zip(host, part_rows)])[inv]
                            for f in range(3)))
 
-    num_steps = np.concatenate([np.asarray(h[2])[:n] for h, n in zip(host, ns)])[inv].astype(np.int32)
+    num_steps = np.concatenate([np.asarray(h[2])[r] for h, r in zip(host, part_rows)])[inv].astype(np.int32)
     return CohortTrainOutput(tuple(out.delta for out, _ in parts), part_of, rows, cat(0), cat(1), num_steps)
 
 

@@ -74,7 +74,8 @@ def build_simulator(sc: Scenario, on_checkpoint=None) -> FleetSimulator:
     train_cfg = LocalTrainConfig(batch_size=sc.batch_size, learning_rate=sc.learning_rate, mode=sc.local_mode,
                                  local_epochs=sc.local_epochs, local_steps=sc.local_steps, augment=sc.augment)
     eval_cfg = LocalEvalConfig(batch_size=sc.batch_size, max_batches=sc.eval_max_batches)
-    engine = CohortEngine(model, to_device(ds, part), train_cfg, eval_cfg, seed=sc.seed, plan=sc.plan)
+    engine = CohortEngine(model, to_device(ds, part), train_cfg, eval_cfg, seed=sc.seed, plan=sc.plan,
+                          devices=sc.devices)
     trace = make_trace(sc.availability, sc.num_clients, int(seeds[1].generate_state(1)[0]), sc.slot_s,
                        sc.max_virtual_hours * 3600)
     profile = make_profile(sc.device_profile, sc.num_clients, int(seeds[2].generate_state(1)[0]))

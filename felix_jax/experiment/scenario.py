@@ -75,6 +75,7 @@ class Scenario:
     eval_every: int = 1
     seed: int = 0
     plan: str | None = None  # cohort execution plan; None picks per backend
+    devices: int | None = None  # devices the cohort is sharded over; None: all that jax sees, 1: one device
 
     def __post_init__(self):
         if self.plugins:  # plugin files by absolute path, so config.json reruns from any folder
@@ -183,6 +184,7 @@ _CHECKS: tuple[tuple[str, typing.Callable[[typing.Any], bool], str], ...] = (
     ("max_aggregations", lambda v: v >= 1, ">= 1"),
     ("eval_every", lambda v: v >= 1, ">= 1"),
     ("seed", lambda v: 0 <= v < 2 ** 32, "an integer in [0, 2^32)"),
+    ("devices", lambda v: v >= 1, ">= 1 (or none for every device jax sees)"),
     ("partition", lambda v: v in ("dirichlet", "iid", "natural", "speaker", "reference"),
      "dirichlet, iid, natural (= speaker: one client per id in the data), or reference"),
 )
