@@ -8,18 +8,28 @@ paper's CIFAR-10 CNN (537,610 parameters), 5 local SGD steps of batch 32 per tas
       conv formulation and with plain flax nn.Conv (what per-client simulators run),
   (d) forward-only evaluation (eval tasks; server test-set evaluation),
 plus compile time per bucket shape and peak memory. ``--sweep-plans`` also times
-vmap / lax.map / chunked plans at 32 tasks (how ``auto_plan`` was chosen).
+vmap / lax.map / chunked plans at 32 tasks (how ``auto_plan`` was chosen);
+``--plans vmap,map`` times the named plans at every ``--sizes`` task count.
+``--device-counts 1,2,4`` times the sharded cohort (one bucket split over that many
+devices) at every ``--sizes`` task count: on a CPU each count runs in a subprocess
+with that many forced host devices (they share the same cores, so expect no
+speed-up there: it checks the path, not the hardware), on accelerators in this
+process with the first N devices. ``--skip-baselines`` leaves out (a), (c), (d).
 Inputs are random uint8 images: throughput does not depend on pixel values.
 
     python benchmarks/cohort_throughput.py [--quick] [--json out.json] [--sweep-plans]
+    python benchmarks/cohort_throughput.py --skip-baselines --device-counts 1,2,4 --sizes 8,32
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import resource
+import subprocess
+import sys
 import time
 import types
 
@@ -119,41 +129,134 @@ def bench_engine(engine: CohortEngine, store: VersionStore, k: int, reps: int) -
     return k * STEPS * BATCH / best, compile_s - best
 
 
+def sharded_throughput(num_devices: int, sizes: list[int], reps: int, plan: str | None = None) -> dict:
+    """samples/s (and compile s) of the cohort engine over ``num_devices`` devices, per task count."""
+    model = cifar_cnn("shift")
+    _, data, _ = make_data(max(sizes), STEPS * BATCH)
+    cfg = LocalTrainConfig(batch_size=BATCH, mode="steps", local_steps=STEPS, learning_rate=0.04)
+    store = VersionStore(model.init(jax.random.key(0)), capacity=2)
+    store.put(0, model.init(jax.random.key(0)))
+    out = {"devices": num_devices, "device_kind": str(jax.devices()[0].device_kind), "samples_per_s": {},
+           "compile_s": {}}
+    for k in sizes:
+        engine = CohortEngine(model, data, cfg, plan=plan, devices=num_devices)
+        out["plan"] = str(engine.plan)
+        out["samples_per_s"][k], out["compile_s"][k] = bench_engine(engine, store, k, reps)
+        out.setdefault("bucket_sizes", {})[k] = engine.records[-1].padded_tasks
+    return out
+
+
+def by_device_count(counts: list[int], sizes: list[int], reps: int, plan: str | None) -> dict:
+    """``sharded_throughput`` per device count: forced host devices in subprocesses on CPU."""
+    res = {}
+    for n in counts:
+        if jax.default_backend() != "cpu":
+            if n > jax.device_count():
+                print(f"  {n} devices: only {jax.device_count()} present, skipped", flush=True)
+                continue
+            res[n] = sharded_throughput(n, sizes, reps, plan)
+        else:
+            cmd = [sys.executable, __file__, "--child-devices", str(n), "--sizes", ",".join(map(str, sizes)),
+                   "--reps", str(reps)] + (["--plan", plan] if plan else [])
+            env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={n}"}
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+            res[n] = json.loads(proc.stdout.strip().splitlines()[-1])
+        print(f"  {n} device(s): " + ", ".join(f"{k} tasks {v:.0f}" for k, v in res[n]["samples_per_s"].items())
+              + " samples/s", flush=True)
+    return res
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer repetitions, skip 128 tasks")
     ap.add_argument("--json", help="write all figures to this path")
     ap.add_argument("--sweep-plans", action="store_true", help="also time vmap/map/chunked plans at 32 tasks")
     ap.add_argument("--sizes", default=None, help="comma-separated task counts (default 8,32,128)")
+    ap.add_argument("--plans", default=None, help="comma-separated plans to time at every size (vmap,map,chunked:8)")
+    ap.add_argument("--device-counts", default=None, help="comma-separated device counts for the sharded cohort")
+    ap.add_argument("--plan", default=None, help="the plan of --device-counts (default: auto per backend)")
+    ap.add_argument("--skip-baselines", action="store_true", help="no central / loop / eval figures")
+    ap.add_argument("--reps", type=int, default=None, help="timed repetitions (best of; default 3, 1 with --quick)")
+    ap.add_argument("--child-devices", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    reps = 1 if args.quick else 3
+    reps = args.reps or (1 if args.quick else 3)
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else ([8, 32] if args.quick else [8, 32, 128])
+    if args.child_devices:  # one device count, in a process started with that many forced host devices
+        print(json.dumps(sharded_throughput(args.child_devices, sizes, reps, args.plan)))
+        return {}
 
     model = cifar_cnn("shift")
     flax_model = cifar_cnn("flax")
-    _, data, test = make_data(max(sizes), STEPS * BATCH)
-    cfg = LocalTrainConfig(batch_size=BATCH, mode="steps", local_steps=STEPS, learning_rate=0.04)
-    store = VersionStore(model.init(jax.random.key(0)), capacity=2)
-    store.put(0, model.init(jax.random.key(0)))
     plan = auto_plan()
     res: dict = {"backend": jax.default_backend(), "device": str(jax.devices()[0].device_kind),
-                 "jax": jax.__version__, "python": platform.python_version(), "model": model.name,
-                 "num_params": model.num_params, "batch": BATCH, "local_steps": STEPS, "plan": str(plan),
-                 "cohort": {}, "compile_s": {}, "central": {}, "loop_shift": {}, "loop_flax": {}}
-    rows = []
+                 "device_count": jax.device_count(), "jax": jax.__version__, "python": platform.python_version(),
+                 "model": model.name, "num_params": model.num_params, "batch": BATCH, "local_steps": STEPS,
+                 "plan": str(plan), "sizes": sizes}
+    print(f"backend={res['backend']} ({res['device']} x {res['device_count']}), jax {res['jax']}, "
+          f"{model.num_params:,} params, {STEPS} steps x batch {BATCH}", flush=True)
+    if args.device_counts:  # first: children on a CPU must not share the cores with this process's work
+        counts = [int(n) for n in args.device_counts.split(",")]
+        res["by_devices"] = by_device_count(counts, sizes, reps, args.plan)
+    if not args.skip_baselines or args.plans or args.sweep_plans:
+        _, data, test = make_data(max(sizes), STEPS * BATCH)
+        cfg = LocalTrainConfig(batch_size=BATCH, mode="steps", local_steps=STEPS, learning_rate=0.04)
+        store = VersionStore(model.init(jax.random.key(0)), capacity=2)
+        store.put(0, model.init(jax.random.key(0)))
+    if not args.skip_baselines:
+        res.update(baselines(model, flax_model, data, test, cfg, store, plan, sizes, reps))
+    if args.plans:
+        res["plans"] = {}
+        for p in args.plans.split(","):
+            res["plans"][p] = {k: bench_engine(CohortEngine(model, data, cfg, plan=p, devices=1), store, k, reps)[0]
+                               for k in sizes}
+            print(f"  plan {p}: " + ", ".join(f"{k} tasks {v:.0f}" for k, v in res["plans"][p].items())
+                  + " samples/s", flush=True)
+    if args.sweep_plans:
+        res["plan_sweep_32"] = {}
+        for p in ["vmap", "map", "chunked:4", "chunked:8", "chunked:16"]:
+            engine = CohortEngine(model, data, cfg, plan=p, devices=1)
+            res["plan_sweep_32"][p] = bench_engine(engine, store, 32, reps)[0]
+            print(f"  plan {p}: {res['plan_sweep_32'][p]:.0f} samples/s", flush=True)
+    res["peak_memory_mb"] = peak_memory_mb()
+
+    print(f"\n[samples/s; auto plan {plan}]")
+    if "cohort" in res:
+        print(f"{'tasks':>6} {'cohort':>9} {'central':>9} {'loop(shift)':>12} {'loop(flax)':>11} {'compile s':>10}")
+        for k in sizes:
+            print(f"{k:>6} {res['cohort'][k]:>9.0f} {res['central'][k]:>9.0f} {res['loop_shift'][k]:>12.0f} "
+                  f"{res['loop_flax'][k]:>11.0f} {res['compile_s'][k]:>10.1f}")
+        print(f"eval tasks (forward, 32 tasks): {res['eval_tasks_samples_per_s']:.0f} samples/s; "
+              f"test-set eval: {res['test_eval_samples_per_s']:.0f} samples/s; "
+              f"peak memory {res['peak_memory_mb']:.0f} MB")
+        print(f"cohort/central at {res['reference_tasks']} tasks: {res['cohort_over_central']:.2f}x")
+        print(f"cohort/loop at {res['reference_tasks']} tasks (vs faster loop): {res['cohort_over_loop']:.2f}x")
+    tables = [("plan", res["plans"])] if "plans" in res else []
+    if "by_devices" in res:
+        tables.append(("devices", {n: r["samples_per_s"] for n, r in res["by_devices"].items()}))
+    for title, table in tables:
+        print(f"{title:>10} " + " ".join(f"{k:>9}" for k in sizes) + "   (tasks)")
+        for name, row in table.items():
+            print(f"{name!s:>10} " + " ".join(f"{row[k]:>9.0f}" for k in sizes))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=2, default=str)
+    return res
+
+
+def baselines(model, flax_model, data, test, cfg, store, plan, sizes, reps) -> dict:
+    """(a) central, (b) the cohort engine on one device, (c) per-client loops, (d) forward-only."""
+    res: dict = {"cohort": {}, "compile_s": {}, "central": {}, "loop_shift": {}, "loop_flax": {}}
     for k in sizes:
-        engine = CohortEngine(model, data, cfg, plan=plan)
-        sps, comp = bench_engine(engine, store, k, reps)
-        res["cohort"][k], res["compile_s"][k] = sps, comp
+        engine = CohortEngine(model, data, cfg, plan=plan, devices=1)
+        res["cohort"][k], res["compile_s"][k] = bench_engine(engine, store, k, reps)
         res["central"][k] = bench_central(model, data, k * BATCH, reps)
         loop_k = min(k, 32)  # the loop's per-client rate does not depend on k
         res["loop_shift"][k] = bench_loop(model, data, loop_k, reps)
         res["loop_flax"][k] = bench_loop(flax_model, data, loop_k, reps)
-        rows.append((k, sps, res["central"][k], res["loop_shift"][k], res["loop_flax"][k], comp))
         print(f"  measured {k} tasks", flush=True)
 
     # (d) forward-only: eval tasks over each client's 160 samples, and the server's test set.
-    ev_engine = CohortEngine(model, data, cfg, LocalEvalConfig(batch_size=BATCH), plan=plan)
+    ev_engine = CohortEngine(model, data, cfg, LocalEvalConfig(batch_size=BATCH), plan=plan, devices=1)
     k_ev = 32
     t = timeit(lambda: ev_engine.evaluate(store.stacked, np.zeros(k_ev, np.int32), np.arange(k_ev),
                                           np.arange(k_ev)).stats.sum, reps)
@@ -161,33 +264,11 @@ def main(argv=None) -> dict:
     params = model.init(jax.random.key(0))
     t = timeit(lambda: evaluate(model, params, test), reps)
     res["test_eval_samples_per_s"] = int(test.y.shape[0]) / t
-
-    if args.sweep_plans:
-        res["plan_sweep_32"] = {}
-        for p in ["vmap", "map", "chunked:4", "chunked:8", "chunked:16"]:
-            engine = CohortEngine(model, data, cfg, plan=p)
-            res["plan_sweep_32"][p] = bench_engine(engine, store, 32, reps)[0]
-            print(f"  plan {p}: {res['plan_sweep_32'][p]:.0f} samples/s", flush=True)
-
-    res["peak_memory_mb"] = peak_memory_mb()
     k_ref = 32 if 32 in res["cohort"] else sizes[0]
     best_loop = max(res["loop_shift"][k_ref], res["loop_flax"][k_ref])
     res["cohort_over_loop"] = res["cohort"][k_ref] / best_loop
     res["cohort_over_central"] = res["cohort"][k_ref] / res["central"][k_ref]
     res["reference_tasks"] = k_ref
-
-    print(f"\nbackend={res['backend']} ({res['device']}), jax {res['jax']}, plan={plan}, "
-          f"{model.num_params:,} params, {STEPS} steps x batch {BATCH}  [samples/s]")
-    print(f"{'tasks':>6} {'cohort':>9} {'central':>9} {'loop(shift)':>12} {'loop(flax)':>11} {'compile s':>10}")
-    for k, c, ce, ls, lf, comp in rows:
-        print(f"{k:>6} {c:>9.0f} {ce:>9.0f} {ls:>12.0f} {lf:>11.0f} {comp:>10.1f}")
-    print(f"eval tasks (forward, 32 tasks): {res['eval_tasks_samples_per_s']:.0f} samples/s; "
-          f"test-set eval: {res['test_eval_samples_per_s']:.0f} samples/s; peak memory {res['peak_memory_mb']:.0f} MB")
-    print(f"cohort/central at {k_ref} tasks: {res['cohort_over_central']:.2f}x")
-    print(f"cohort/loop at {k_ref} tasks (vs faster loop): {res['cohort_over_loop']:.2f}x")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(res, f, indent=2, default=str)
     return res
 
 
