@@ -144,3 +144,43 @@ def test_simulator_view_equals_recomputation_at_every_refresh(knowledge, mode):
     assert len(seen) > 10 and rec.end_time_s > 150.0  # past the 120 s period: repeats
     if knowledge == "tiertrack":
         assert rec.accounting.control_messages == notifications_between(trace, 0.0, rec.end_time_s)
+
+
+# ---------------------------------------------------------------- populations larger than the data
+def test_pool_partition_serves_more_clients_than_samples():
+    from felix_jax.data.partition import pool_partition
+
+    labels = np.repeat(np.arange(10), 10)  # 100 samples
+    sizes = np.arange(5000) % 7 + 1
+    part = pool_partition(labels, sizes, alpha=0.1, seed=3)
+    again = pool_partition(labels, sizes, alpha=0.1, seed=3)
+    np.testing.assert_array_equal(part.index_table, again.index_table)  # seeded
+    assert part.num_clients == 5000 and part.index_table.shape == (5000, 7) and part.num_samples == 100
+    np.testing.assert_array_equal(part.counts, sizes)
+    mask = part.valid_mask()
+    assert part.index_table[mask].max() < 100 and (part.index_table[~mask] == 0).all()
+    rows = np.where(mask, part.index_table, np.iinfo(np.int32).max)
+    assert (np.diff(rows, axis=1) >= 0).all()  # each row ascending, as every partition lists it
+    # Dirichlet(0.1) label skew: most clients hold mostly one class
+    big = np.flatnonzero(sizes == 7)
+    def top_share(p):
+        return np.mean([np.bincount(labels[p.client_indices(c)], minlength=10).max() / 7 for c in big])
+
+    assert top_share(part) > 0.6 > 0.45 > top_share(pool_partition(labels, sizes, alpha=100.0, seed=3))
+    capped = pool_partition(labels, sizes, alpha=0.1, seed=3, max_count=4)
+    assert capped.max_count == 4 and capped.counts.max() == 4
+
+
+def test_pool_scenario_runs_a_population_larger_than_the_data():
+    from felix_jax.experiment.runner import build_simulator
+    from felix_jax.experiment.scenario import Scenario
+
+    sc = Scenario(dataset="digits", model="mlp", partition="pool", num_clients=5000, availability="avail50",
+                  strategy="felix", concurrency=20, aggregation_goal=5, target_accuracy=None, max_aggregations=3,
+                  batch_size=4, local_mode="steps", local_steps=1)
+    sim = build_simulator(sc)
+    assert sim.engine.data.num_clients == 5000 > 1437
+    rec = sim.run()
+    assert rec.stop_reason == "max_aggregations"
+    with pytest.raises(ValueError, match="pool"):
+        Scenario(partition="pools")

@@ -68,8 +68,14 @@ def build_simulator(sc: Scenario, on_checkpoint=None) -> FleetSimulator:
     elif sc.partition == "reference":
         part = dirichlet_sized_partition(ds.train_y, reference_sizes(sc.num_clients, len(ds.train_y)), sc.alpha,
                                          seed=part_seed)
+    elif sc.partition == "pool":  # a population larger than the data: clients draw from the whole pool
+        from ..data.partition import pool_partition
+
+        base = reference_sizes(min(300, len(ds.train_y)), len(ds.train_y))  # the paper's clients on this pool
+        part = pool_partition(ds.train_y, base[np.arange(sc.num_clients) % base.size], sc.alpha, seed=part_seed)
     else:
-        raise KeyError(f"unknown partition {sc.partition!r}; known: dirichlet, iid, natural (speaker), reference")
+        raise KeyError(f"unknown partition {sc.partition!r}; known: dirichlet, iid, natural (speaker), reference, "
+                       "pool")
     model = make_model(sc.model, ds.input_shape, ds.num_classes)
     train_cfg = LocalTrainConfig(batch_size=sc.batch_size, learning_rate=sc.learning_rate, mode=sc.local_mode,
                                  local_epochs=sc.local_epochs, local_steps=sc.local_steps, augment=sc.augment)

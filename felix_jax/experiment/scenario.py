@@ -185,6 +185,7 @@ _CHECKS: tuple[tuple[str, typing.Callable[[typing.Any], bool], str], ...] = (
     ("eval_every", lambda v: v >= 1, ">= 1"),
     ("seed", lambda v: 0 <= v < 2 ** 32, "an integer in [0, 2^32)"),
     ("devices", lambda v: v >= 1, ">= 1 (or none for every device jax sees)"),
-    ("partition", lambda v: v in ("dirichlet", "iid", "natural", "speaker", "reference"),
-     "dirichlet, iid, natural (= speaker: one client per id in the data), or reference"),
+    ("partition", lambda v: v in ("dirichlet", "iid", "natural", "speaker", "reference", "pool"),
+     "dirichlet, iid, natural (= speaker: one client per id in the data), reference, or pool (clients draw "
+     "from the whole data set: any population size)"),
 )
