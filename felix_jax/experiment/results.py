@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import IO
 
+import jax
 import numpy as np
 
 from ..fleet.simulator import Checkpoint, RunRecord
@@ -112,7 +113,21 @@ class MetricsStream:
         self.close()
 
 
+_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+_compiles = {"total": 0, "at_last_summary": 0}
+
+
+def _count_compile(event: str, _seconds: float, **_kwargs) -> None:
+    if event == _COMPILE_EVENT:
+        _compiles["total"] += 1
+
+
+jax.monitoring.register_event_duration_secs_listener(_count_compile)
+
+
 def summarize(record: RunRecord, seed: int, batches: dict) -> dict:
+    """The run's summary.json. ``xla_compilations``: XLA programs compiled in this process since
+    the previous summary (or since start): a run's build and run when runs go one after another."""
     intervals = np.diff(record.aggregation_times) if len(record.aggregation_times) > 1 else np.zeros(0)
     acc = [c.accuracy for c in record.checkpoints]
     out = {
@@ -131,7 +146,9 @@ def summarize(record: RunRecord, seed: int, batches: dict) -> dict:
         "events": record.events_processed,
         "host_ms_per_event": 1000 * record.host_seconds / max(record.events_processed, 1),
         "cohort": batches,
+        "xla_compilations": _compiles["total"] - _compiles["at_last_summary"],
     }
+    _compiles["at_last_summary"] = _compiles["total"]
     out.update(record.accounting.summary())
     return out
 
