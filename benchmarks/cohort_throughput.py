@@ -160,7 +160,9 @@ def by_device_count(counts: list[int], sizes: list[int], reps: int, plan: str | 
                    "--reps", str(reps)] + (["--plan", plan] if plan else [])
             env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={n}"}
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
-            res[n] = json.loads(proc.stdout.strip().splitlines()[-1])
+            child = json.loads(proc.stdout.strip().splitlines()[-1])
+            res[n] = {key: {int(k): v for k, v in val.items()} if isinstance(val, dict) else val  # JSON keys: str
+                      for key, val in child.items()}
         print(f"  {n} device(s): " + ", ".join(f"{k} tasks {v:.0f}" for k, v in res[n]["samples_per_s"].items())
               + " samples/s", flush=True)
     return res
