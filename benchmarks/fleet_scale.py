@@ -1,0 +1,118 @@
+"""Fleet scale: host time per event, selection time, build time, memory and XLA compilations
+as the population grows (DESIGN.md "The server view at scale").
+
+Each population runs in its own process (peak RSS is per process): scikit-learn's 8x8
+digits (1,437 training images, one channel, written once as a ``dataset=PATH.npz``) as a
+shared pool (``partition=pool``: the population is far larger than the data), the tiny
+MLP (one hidden layer of 32), FeLiX (TierTrack, Oort + TierSelect eval, TierFuse) under the 50% slotted availability,
+``c`` tasks in flight. "Host ms per event" is the run's wall time minus the cohort engine's
+device calls (``engine.records`` seconds, which include their own compilation), over the
+events processed; the other compilations of the run (``compile_s_in_run`` holds all of them)
+stay in, so short runs at small N show their fixed costs.
+
+    python benchmarks/fleet_scale.py                              # 10^3 .. 10^6, c = min(N/10, 10^4)
+    python benchmarks/fleet_scale.py --populations 1000 100000 --concurrency 100 --out scale.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def digits8_npz(path: str) -> str:
+    """scikit-learn's 8x8 digits as a ``dataset=PATH.npz`` (uint8 grey levels, 1,437 train / 360 test)."""
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = np.rint(d.images * (255.0 / 16.0)).clip(0, 255).astype(np.uint8)[..., None]  # (1797, 8, 8, 1)
+    y = d.target.astype(np.int64)
+    np.savez(path, train_x=x[:1437], train_y=y[:1437], test_x=x[1437:], test_y=y[1437:])
+    return path
+
+
+def measure(num_clients: int, concurrency: int, aggregations: int, strategy: str, seed: int,
+            dataset: str = "digits") -> dict:
+    """One population, in this process."""
+    import jax
+    import numpy as np
+
+    from felix_jax.experiment.runner import build_simulator
+    from felix_jax.experiment.scenario import Scenario
+
+    compiles = []  # seconds of each XLA compilation
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda name, secs, **kw: compiles.append(secs) if name == "/jax/core/compile/backend_compile_duration" else None)
+    sc = Scenario(name="fleet-scale", dataset=dataset, model="mlp", partition="pool", num_clients=num_clients,
+                  alpha=0.5, batch_size=4, learning_rate=0.1, local_mode="steps", local_steps=1,
+                  availability="avail50", strategy=strategy, concurrency=concurrency,
+                  aggregation_goal=max(1, concurrency // 10), target_accuracy=None, max_virtual_hours=24.0,
+                  max_aggregations=aggregations, eval_every=max(1, aggregations // 4), seed=seed)
+    t0 = time.perf_counter()
+    sim = build_simulator(sc)
+    build_s = time.perf_counter() - t0
+    compiles_build = len(compiles)
+    rec = sim.run()
+    device_s = sum(r.seconds for r in sim.engine.records)
+    sel = sim.acct.selection_seconds
+    events = max(rec.events_processed, 1)
+    return {
+        "num_clients": num_clients, "concurrency": concurrency, "aggregation_goal": sc.aggregation_goal,
+        "strategy": strategy, "aggregations": len(rec.aggregation_times) - 1, "events": rec.events_processed,
+        "virtual_s": rec.end_time_s, "build_s": build_s, "run_s": rec.host_seconds, "device_s": device_s,
+        "compile_s_in_run": float(sum(compiles[compiles_build:])),
+        "host_ms_per_event": 1000 * (rec.host_seconds - device_s) / events,
+        "selection_ms_mean": 1000 * float(np.mean(sel)) if sel else 0.0, "selections": len(sel),
+        "selection_ms_per_event": 1000 * float(np.sum(sel)) / events,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "compilations": len(compiles), "compilations_in_build": compiles_build,
+        "control_messages": sim.acct.control_messages, "stop_reason": rec.stop_reason,
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--populations", type=int, nargs="+", default=[1_000, 10_000, 100_000, 1_000_000])
+    ap.add_argument("--concurrency", type=int, default=None, help="tasks in flight (default min(N/10, 10^4))")
+    ap.add_argument("--aggregations", type=int, default=40)
+    ap.add_argument("--strategy", default="felix")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=None, help="JSON file for the rows")
+    ap.add_argument("--dataset", default=None, help="data set (default: the 8x8 digits, written to a temp .npz)")
+    ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # child process: one population
+    args = ap.parse_args(argv)
+    if args.one:
+        n = args.populations[0]
+        print(json.dumps(measure(n, args.concurrency, args.aggregations, args.strategy, args.seed, args.dataset)))
+        return 0
+    tmp = tempfile.TemporaryDirectory()
+    dataset = args.dataset or digits8_npz(os.path.join(tmp.name, "digits8.npz"))
+    rows = []
+    for n in args.populations:
+        c = args.concurrency or max(1, min(n // 10, 10_000))
+        cmd = [sys.executable, os.path.abspath(__file__), "--one", "--populations", str(n), "--concurrency", str(c),
+               "--aggregations", str(args.aggregations), "--strategy", args.strategy, "--seed", str(args.seed), "--dataset", dataset]
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        if out.returncode:
+            sys.stderr.write(out.stderr)
+            return out.returncode
+        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        r = rows[-1]
+        print(f"N={n:>9,} c={c:>6,} events={r['events']:>7,} host ms/event={r['host_ms_per_event']:7.3f} "
+              f"selection ms={r['selection_ms_mean']:7.3f} build s={r['build_s']:6.1f} "
+              f"peak RSS MB={r['peak_rss_mb']:7.0f} compilations={r['compilations']}", flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"rows": rows, "argv": sys.argv[1:]}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
