@@ -114,13 +114,13 @@ ENGINE_SCRIPT = """
             eb = four.evaluate(store.stacked, slots, clients, tasks)
             diffs = [float(np.abs(np.asarray(x) - np.asarray(y)).max())
                      for x, y in zip(jax.tree_util.tree_leaves(a.delta), jax.tree_util.tree_leaves(b.delta))]
-            stats = [float(np.abs(np.asarray(x) - np.asarray(y)).max())
+            stats = [float((np.abs(np.asarray(x) - np.asarray(y)) / np.maximum(np.abs(np.asarray(y)), 1.0)).max())
                      for x, y in zip(tuple(a.first_batch) + tuple(a.all_steps) + tuple(ea.stats),
                                      tuple(b.first_batch) + tuple(b.all_steps) + tuple(eb.stats))]
             report[f"{model_name}/{plan}"] = {
                 "devices": four.num_devices,
                 "delta_max_abs_diff": max(diffs),
-                "stats_max_abs_diff": max(stats),
+                "stats_max_rel_diff": max(stats),
                 "steps_equal": bool(np.array_equal(a.num_steps, b.num_steps)),
                 "correct_equal": bool(np.array_equal(ea.correct, eb.correct)),
                 "bucket_sizes": [r.padded_tasks for r in four.records],
@@ -145,10 +145,11 @@ def test_four_devices_equal_one_device(engine_report, case):
     assert r["devices"] == 4
     # Each task computes the same operations on either side; only the per-device batch of
     # a vmap (and so, possibly, the order of XLA's reductions) differs. lax.map runs each task
-    # alone on both sides: identical. Measured: identical in every case on CPU.
+    # alone on both sides: identical. Measured on CPU: the MLP identical under every plan; the
+    # CNN under vmap off by 6e-8 in the deltas and 8e-8 relative in the loss sums (rounding).
     exact = case.endswith("/map")
     assert r["delta_max_abs_diff"] <= (0.0 if exact else 1e-5)
-    assert r["stats_max_abs_diff"] <= (0.0 if exact else 1e-4)
+    assert r["stats_max_rel_diff"] <= (0.0 if exact else 1e-5)
     assert r["steps_equal"] and r["correct_equal"]
     assert all(size % 4 == 0 for size in r["bucket_sizes"])
     assert r["parts_on"] == [r["first_device"]]  # gathered onto the first device, as on one device
