@@ -28,7 +28,7 @@ class AsyncMode:
 
     def refill(self, sim: "FleetSimulator") -> None:
         sim.refresh_view()
-        need = sim.cfg.concurrency - len(sim.in_flight("train"))
+        need = sim.cfg.concurrency - sim.in_flight_count("train")
         got = sim.select_and_dispatch(need, "train")
         if sim.eval_selector is not None:
             sim.select_and_dispatch(sim.eval_budget - sim._evals_this_round, "eval")

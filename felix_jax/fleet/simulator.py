@@ -125,6 +125,9 @@ class FleetSimulator:
         self.executor = LazyExecutor(engine, VersionStore(init_params, capacity=8))
         self.executor.publish(0, init_params)
         self.tasks: dict[int, Task] = {}
+        # tasks in self.tasks that are in flight and not replied, per kind (in_flight_count); None: count
+        # them from the tasks at the next call (a restored simulator)
+        self._in_flight_n: dict[str, int] | None = {"train": 0, "eval": 0}
         self.now = 0.0
         self._next_task_id = 0
         self._sel_state = selector.init()
@@ -154,6 +157,21 @@ class FleetSimulator:
 
     def in_flight(self, kind: str = "train") -> list[Task]:
         return [t for t in self.tasks.values() if t.kind == kind and t.in_flight and not t.replied]
+
+    def in_flight_count(self, kind: str = "train") -> int:
+        """``len(self.in_flight(kind))`` in O(1): a running count kept where a task enters or leaves
+        flight (dispatch, reply, client left, timeout)."""
+        if self._in_flight_n is None:  # restored: count once from the tasks
+            self._in_flight_n = {"train": 0, "eval": 0}
+            for t in self.tasks.values():
+                if t.in_flight and not t.replied:
+                    self._in_flight_n[t.kind] = self._in_flight_n.get(t.kind, 0) + 1
+        return self._in_flight_n.get(kind, 0)
+
+    def _leaves_flight(self, task: Task) -> None:
+        """``task`` stops counting toward its kind's in-flight count (call before clearing its flags)."""
+        if task.in_flight and not task.replied and self._in_flight_n is not None:
+            self._in_flight_n[task.kind] -= 1
 
     def run(self) -> RunRecord:
         """Runs to a stop; after :meth:`restore`, continues the restored run from its snapshot."""
@@ -201,6 +219,7 @@ class FleetSimulator:
         if self._started:
             raise RuntimeError("restore() needs a freshly built simulator; this one has already run")
         load_snapshot(self, path)
+        self._in_flight_n = None  # recounted from the restored tasks
         self._started = True
         self._snapshot_version = self.version
 
@@ -278,6 +297,8 @@ class FleetSimulator:
         task = Task(tid, client, kind, self.version, self.round, self.now, work, timeline)
         self.acct.dispatch_log.append((self.now, client, kind, self.round))
         self.tasks[tid] = task
+        if self._in_flight_n is not None:
+            self._in_flight_n[kind] = self._in_flight_n.get(kind, 0) + 1
         self.view.busy[client] = True
         self.executor.submit(tid, client, self.version, kind)
         if timeline.interruptions:
@@ -307,6 +328,7 @@ class FleetSimulator:
     # ----------------------------------------------------------------- events
     def _on_reply(self, tid: int) -> None:
         task = self.tasks.pop(tid)
+        self._leaves_flight(task)
         task.replied = True
         c = task.client
         self.view.busy[c] = False
@@ -338,6 +360,7 @@ class FleetSimulator:
         if task is None or task.replied:
             return
         if task.in_flight:
+            self._leaves_flight(task)
             task.in_flight = False
             self.acct.detached_tasks += 1
         self.mode.refill(self)
@@ -352,6 +375,7 @@ class FleetSimulator:
             self.tasks.pop(tid)
             self.executor.discard(tid)
             self.view.busy[task.client] = False
+            self._leaves_flight(task)
             task.in_flight = False
             # No reply will ever clear a timeout mark, so a blind server does not set one:
             # the client stays a candidate (it may well be away, which a blind server cannot know).
@@ -359,6 +383,7 @@ class FleetSimulator:
             if self.cfg.knowledge is Knowledge.NONE:
                 self.view.tier[task.client] = Tier.UN_AVL  # until its reply proves it is back
             if self.cfg.timeout_frees_slot and task.in_flight:
+                self._leaves_flight(task)
                 task.in_flight = False
         self.mode.refill(self)
 
