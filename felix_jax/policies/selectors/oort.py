@@ -46,9 +46,26 @@ class OortState(NamedTuple):
     t_pref: float = float("inf")  # T_pref of the last call
 
 
-def _durations(view) -> np.ndarray:
-    """Observed duration, else registered (profile) duration, else NaN."""
-    return np.where(np.isfinite(view.duration_s), view.duration_s, view.registered_duration_s)
+def _durations(view, clients: np.ndarray | None = None) -> np.ndarray:
+    """Observed duration, else registered (profile) duration, else NaN (of ``clients``, default all)."""
+    if clients is None:
+        return np.where(np.isfinite(view.duration_s), view.duration_s, view.registered_duration_s)
+    observed = view.duration_s[clients]
+    return np.where(np.isfinite(observed), observed, view.registered_duration_s[clients])
+
+
+def _t_pref_population(view, t_pref_over: str) -> np.ndarray:
+    """The durations ``T_pref`` is a percentile of (any order: only their sorted values are used).
+
+    "explored": the observed durations of explored clients, gathered from the clients with an
+    observed duration (the same values as masking all N rows, in fewer passes over N);
+    "registered": every client's duration, observed or else registered, where known.
+    """
+    if t_pref_over == "explored":
+        observed = np.flatnonzero(np.isfinite(view.duration_s))
+        return view.duration_s[observed[view.utility_round[observed] >= 0]]
+    durations = _durations(view)
+    return durations[np.isfinite(durations)]
 
 
 def make_oort_selector(config: OortConfig = OortConfig()) -> Selector:
@@ -64,48 +81,44 @@ def make_oort_selector(config: OortConfig = OortConfig()) -> Selector:
             reported = view.times_trained[exploited] > base
             pstate = pacer.update(pstate, pacer_input(view.utility[exploited[reported]]))
             exploited, base = _NO_CLIENTS, _NO_CLIENTS
-        explored_all = view.utility_round >= 0
-        explored = np.flatnonzero(ctx.eligible & explored_all)
-        unexplored = np.flatnonzero(ctx.eligible & ~explored_all)
+        # Per-call quantities over the eligible clients' indices, not all N rows: every array below is
+        # the one the (N,)-mask formulation gives, in the same (ascending client) order, so the draws
+        # from ctx.rng (which depend on sizes and weights only) and their results are the same.
+        eligible = np.flatnonzero(ctx.eligible)
+        explored_mask = view.utility_round[eligible] >= 0
+        explored = eligible[explored_mask]
+        unexplored = eligible[~explored_mask]
         eps = 0.0 if state.exhausted else epsilon_schedule(
             state.calls, config.exploration_factor, config.exploration_decay, config.exploration_min,
             config.decay_before_use)
         n_explore, n_exploit = split_explore_exploit(int(k), eps, len(unexplored), len(explored),
                                                      config.split_rounding, absorb=config.shortfall == "exploit")
-        durations = _durations(view)
-        if config.t_pref_over == "explored":
-            population = durations[explored_all & np.isfinite(view.duration_s)]
-        else:
-            population = durations[np.isfinite(durations)]
-        t_pref = preferred_duration(population, pstate.threshold)
-        prior = None
+        t_pref = preferred_duration(_t_pref_population(view, config.t_pref_over), pstate.threshold)
+        prior = None  # of the unexplored eligible clients, in their order
         if config.explore_by_prior or config.normalize_utility:
-            prior = np.zeros(view.num_clients)
-            prior[unexplored] = exploration_prior(view.num_samples[unexplored], durations[unexplored], t_pref,
-                                                  config.round_penalty, config.prior_cap)
+            prior = exploration_prior(view.num_samples[unexplored], _durations(view, unexplored), t_pref,
+                                      config.round_penalty, config.prior_cap)
         picked = []
         exploit_pick = _NO_CLIENTS
         if n_exploit > 0:
             population = None
             if config.normalize_utility:  # rewards of the eligible clients: U, or the raw prior if unexplored
-                raw = view.num_samples.astype(np.float64)
+                raw = view.num_samples[eligible].astype(np.float64)
                 if config.prior_cap is not None:
                     raw = np.minimum(raw, float(config.prior_cap))
-                population = np.where(explored_all, view.utility, raw)[ctx.eligible]
-            scores = np.zeros(view.num_clients)
-            scores[explored] = oort_scores(view.utility[explored], view.utility_round[explored], ctx.round,
-                                           durations[explored], t_pref, config.round_penalty, config.clip_bound,
-                                           config.normalize_utility, population)
+                population = np.where(explored_mask, view.utility[eligible], raw)
+            scores = oort_scores(view.utility[explored], view.utility_round[explored], ctx.round,
+                                 _durations(view, explored), t_pref, config.round_penalty, config.clip_bound,
+                                 config.normalize_utility, population)  # of the explored eligible clients
             if config.abs_scores:
                 scores = np.abs(scores)
-            candidates = explored[exploit_candidates(scores[explored], n_exploit, config.cut_off,
-                                                     config.min_candidates_factor)]
-            exploit_pick = sample_by_score(ctx.rng, candidates, scores, min(n_exploit, len(candidates)))
+            candidates = exploit_candidates(scores, n_exploit, config.cut_off, config.min_candidates_factor)
+            exploit_pick = explored[sample_by_score(ctx.rng, candidates, scores, min(n_exploit, len(candidates)))]
             picked.append(exploit_pick)
         if n_explore > 0:
             if config.explore_by_prior:
-                window = unexplored[exploration_window(prior[unexplored], n_explore, config.sample_window)]
-                picked.append(sample_by_score(ctx.rng, window, prior, n_explore))
+                window = exploration_window(prior, n_explore, config.sample_window)
+                picked.append(unexplored[sample_by_score(ctx.rng, window, prior, n_explore)])
             else:
                 picked.append(ctx.rng.choice(unexplored, n_explore, replace=False))
         clients = np.concatenate(picked).astype(np.int64) if picked else _NO_CLIENTS
@@ -113,10 +126,9 @@ def make_oort_selector(config: OortConfig = OortConfig()) -> Selector:
         if config.shortfall == "random":
             missing = int(k) - len(clients)
             if missing > 0:
-                rest = np.flatnonzero(ctx.eligible)
-                rest = rest[~np.isin(rest, clients)]
+                rest = eligible[~np.isin(eligible, clients)]
                 clients = np.concatenate([clients, ctx.rng.permutation(rest)[:missing]])
-            exhausted = exhausted or bool(explored_all.all())
+            exhausted = exhausted or bool((view.utility_round >= 0).all())
         new = ~np.isin(exploit_pick, exploited)
         exploited = np.concatenate([exploited, exploit_pick[new]])
         base = np.concatenate([base, view.times_trained[exploit_pick[new]]])

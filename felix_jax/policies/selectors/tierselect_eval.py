@@ -35,8 +35,12 @@ class TierSelectEvalConfig:
 def make_tierselect_eval(config: TierSelectEvalConfig = TierSelectEvalConfig()) -> Selector:
     def select(state, ctx: SelectionContext, k: int):
         v = ctx.view
-        ids = select_for_eval(v.times_trained > 0, v.tier, v.busy, v.utility_round, ctx.round,
-                              v.num_clients if k is None else int(k), config.min_age)
+        # Only the clients that trained at least once can qualify (few, at scale): the selection runs
+        # on their rows, whose positions are in client-id order, so ties by position are ties by id.
+        trained = np.flatnonzero(v.times_trained > 0)
+        ids = trained[select_for_eval(v.times_trained[trained] > 0, v.tier[trained], v.busy[trained],
+                                      v.utility_round[trained], ctx.round, v.num_clients if k is None else int(k),
+                                      config.min_age)]
         return ids[ctx.eligible[ids]].astype(np.int64), state
 
     return Selector("tierselect-eval", lambda: None, select)
