@@ -184,3 +184,84 @@ def test_pool_scenario_runs_a_population_larger_than_the_data():
     assert rec.stop_reason == "max_aggregations"
     with pytest.raises(ValueError, match="pool"):
         Scenario(partition="pools")
+
+
+# ---------------------------------------------------------------- per-event costs at scale, same results
+def naive_changes(trace):
+    """Per client, in Python: reachable rows, the last of each same-time group, state changes only."""
+    times, states, offsets = [], [], [0]
+    for c in range(trace.num_clients):
+        lo, hi = trace.offsets[c], trace.offsets[c + 1]
+        period = trace.duration_s if trace.client_duration_s is None else trace.client_duration_s[c]
+        rows = [(float(t), int(s)) for t, s in zip(trace.times[lo:hi], trace.states[lo:hi])
+                if trace.beyond_end == "hold" or t < period]
+        rows = [r for i, r in enumerate(rows) if i + 1 == len(rows) or rows[i + 1][0] != r[0]]
+        rows = [r for i, r in enumerate(rows) if i == 0 or rows[i - 1][1] != r[1]]
+        times += [t for t, _ in rows]
+        states += [s for _, s in rows]
+        offsets.append(len(times))
+    return np.array(times, float), np.array(states, np.int8), np.array(offsets, np.int64)
+
+
+@settings(max_examples=200, deadline=None)
+@given(traces())
+def test_compact_changes_equal_a_per_client_compaction(trace):
+    t, s, o = naive_changes(trace)
+    np.testing.assert_array_equal(trace._ct, t)
+    np.testing.assert_array_equal(trace._cs, s)
+    np.testing.assert_array_equal(trace._co, o)
+
+
+def test_unsorted_times_name_their_client():
+    with pytest.raises(ValueError, match="within client 1: row 3"):
+        AvailabilityTrace(num_clients=2, times=[0.0, 0.0, 5.0, 3.0], states=[0, 0, 1, 2], offsets=[0, 1, 4],
+                          duration_s=9.0)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_eval_selection_over_trained_clients_equals_the_full_pass(seed):
+    from felix_jax.policies.selectors.base import SelectionContext
+    from felix_jax.policies.selectors.tierselect_eval import TierSelectEvalConfig, make_tierselect_eval
+    from felix_jax.policies.selectors.tierselect_math import select_for_eval
+
+    rng = np.random.default_rng(seed)
+    n = 300
+    view = ClientMap.create(rng.integers(1, 50, n))
+    view.tier[:] = rng.integers(0, 3, n)
+    view.busy[:] = rng.random(n) < 0.3
+    view.times_trained[:] = np.where(rng.random(n) < 0.4, rng.integers(1, 4, n), 0)
+    view.utility_round[:] = np.where(rng.random(n) < 0.7, rng.integers(0, 10, n), -1)
+    current, k, min_age = 12, int(rng.integers(0, 40)), int(rng.integers(0, 6))
+    ctx = SelectionContext(view, view.evaluable(), current, 0.0, rng)
+    got, _ = make_tierselect_eval(TierSelectEvalConfig(min_age=min_age)).select(None, ctx, k)
+    want = select_for_eval(view.times_trained > 0, view.tier, view.busy, view.utility_round, current, k, min_age)
+    np.testing.assert_array_equal(got, want[ctx.eligible[want]])
+
+
+@pytest.mark.parametrize("knowledge,interruption,frees_slot",
+                         [("tiertrack", "resume", False), ("none", "abandon", False), ("oracle", "resume", True),
+                          ("tiertrack", "abandon", True)])
+def test_in_flight_count_equals_the_tasks_in_flight(knowledge, interruption, frees_slot):
+    import dataclasses
+
+    from felix_jax.traces import slot_bernoulli
+    from tests.test_fleet import make_sim
+
+    trace = slot_bernoulli(16, 0.5, num_slots=12, slot_s=10.0, seed=2).with_beyond_end("repeat")
+    sim = make_sim(trace, np.linspace(5.0, 60.0, 16), knowledge=knowledge, concurrency=5, goal=2,
+                   max_aggregations=30, max_s=3000.0, timeout_s=40.0)
+    sim.cfg = dataclasses.replace(sim.cfg, interruption=interruption, timeout_frees_slot=frees_slot)
+    checks = []
+    inner = sim.mode.refill
+
+    def checked(s):
+        for kind in ("train", "eval"):
+            assert s.in_flight_count(kind) == len(s.in_flight(kind))
+        checks.append(s.in_flight_count("train"))
+        inner(s)
+
+    sim.mode.refill = checked
+    sim.run()
+    assert len(checks) > 20 and max(checks) > 0
+    sim._in_flight_n = None  # as after restore(): counted from the tasks
+    assert sim.in_flight_count("train") == len(sim.in_flight("train"))
