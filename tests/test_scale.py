@@ -265,3 +265,16 @@ def test_in_flight_count_equals_the_tasks_in_flight(knowledge, interruption, fre
     assert len(checks) > 20 and max(checks) > 0
     sim._in_flight_n = None  # as after restore(): counted from the tasks
     assert sim.in_flight_count("train") == len(sim.in_flight("train"))
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_oort_exploration_by_rank_draws_what_choice_over_the_ids_draws(seed):
+    from felix_jax.policies.selectors.oort import _ids_at_ranks
+
+    rng = np.random.default_rng(seed)
+    mask = rng.random(int(rng.integers(1, 120_000))) < rng.uniform(0.01, 1.0)
+    ids = np.flatnonzero(mask)
+    k = int(rng.integers(1, min(65, max(ids.size, 1)) + 1)) if ids.size else 0
+    a = np.random.default_rng(seed).choice(ids, k, replace=False)
+    b = _ids_at_ranks(mask, np.random.default_rng(seed).choice(ids.size, k, replace=False))
+    np.testing.assert_array_equal(a, b)

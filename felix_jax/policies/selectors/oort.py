@@ -54,18 +54,34 @@ def _durations(view, clients: np.ndarray | None = None) -> np.ndarray:
     return np.where(np.isfinite(observed), observed, view.registered_duration_s[clients])
 
 
-def _t_pref_population(view, t_pref_over: str) -> np.ndarray:
-    """The durations ``T_pref`` is a percentile of (any order: only their sorted values are used).
+def _t_pref_population(view, t_pref_over: str, explored_all: np.ndarray) -> np.ndarray:
+    """The durations ``T_pref`` is a percentile of.
 
-    "explored": the observed durations of explored clients, gathered from the clients with an
-    observed duration (the same values as masking all N rows, in fewer passes over N);
+    "explored": the observed durations of the explored clients (``explored_all``, their ids);
     "registered": every client's duration, observed or else registered, where known.
     """
     if t_pref_over == "explored":
-        observed = np.flatnonzero(np.isfinite(view.duration_s))
-        return view.duration_s[observed[view.utility_round[observed] >= 0]]
+        observed = view.duration_s[explored_all]
+        return observed[np.isfinite(observed)]
     durations = _durations(view)
     return durations[np.isfinite(durations)]
+
+
+_BLOCK = 1 << 14  # rows per block of _ids_at_ranks' counts
+
+
+def _ids_at_ranks(mask: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+    """``np.flatnonzero(mask)[ranks]`` without listing every set row: counts per block of rows, then
+    only the blocks the ranks fall in are listed (a few ranks among 10^5..10^6 set rows)."""
+    counts = np.add.reduceat(mask.view(np.uint8), np.arange(0, mask.size, _BLOCK), dtype=np.int32)
+    ends = np.cumsum(counts, dtype=np.int64)
+    ranks = np.asarray(ranks, np.int64)
+    blocks = np.searchsorted(ends, ranks, side="right")
+    out = np.empty(ranks.size, np.int64)
+    for i, (r, b) in enumerate(zip(ranks.tolist(), blocks.tolist())):
+        lo = b * _BLOCK
+        out[i] = lo + np.flatnonzero(mask[lo:lo + _BLOCK])[r - (ends[b] - counts[b])]
+    return out
 
 
 def make_oort_selector(config: OortConfig = OortConfig()) -> Selector:
@@ -81,19 +97,27 @@ def make_oort_selector(config: OortConfig = OortConfig()) -> Selector:
             reported = view.times_trained[exploited] > base
             pstate = pacer.update(pstate, pacer_input(view.utility[exploited[reported]]))
             exploited, base = _NO_CLIENTS, _NO_CLIENTS
-        # Per-call quantities over the eligible clients' indices, not all N rows: every array below is
+        # Per-call quantities over index sets, not all N rows: the explored clients are few, the
+        # never-explored eligible ones are listed only when a step needs them all. Every array below is
         # the one the (N,)-mask formulation gives, in the same (ascending client) order, so the draws
         # from ctx.rng (which depend on sizes and weights only) and their results are the same.
-        eligible = np.flatnonzero(ctx.eligible)
-        explored_mask = view.utility_round[eligible] >= 0
-        explored = eligible[explored_mask]
-        unexplored = eligible[~explored_mask]
+        eligible_mask = np.asarray(ctx.eligible, dtype=bool)
+        explored_mask = view.utility_round >= 0
+        explored_all = np.flatnonzero(explored_mask)  # ids of every explored client
+        explored = explored_all[eligible_mask[explored_all]]
+        num_unexplored = int(np.count_nonzero(eligible_mask)) - len(explored)
         eps = 0.0 if state.exhausted else epsilon_schedule(
             state.calls, config.exploration_factor, config.exploration_decay, config.exploration_min,
             config.decay_before_use)
-        n_explore, n_exploit = split_explore_exploit(int(k), eps, len(unexplored), len(explored),
+        n_explore, n_exploit = split_explore_exploit(int(k), eps, num_unexplored, len(explored),
                                                      config.split_rounding, absorb=config.shortfall == "exploit")
-        t_pref = preferred_duration(_t_pref_population(view, config.t_pref_over), pstate.threshold)
+        t_pref = preferred_duration(_t_pref_population(view, config.t_pref_over, explored_all), pstate.threshold)
+        unexplored_mask = np.greater(eligible_mask, explored_mask, out=explored_mask)  # eligible & ~explored
+        unexplored = None  # their ids, when a step needs them all
+        if (config.explore_by_prior or config.normalize_utility or config.shortfall == "random"
+                or n_explore > 64):
+            unexplored = np.flatnonzero(unexplored_mask)
+        eligible = np.flatnonzero(eligible_mask) if config.normalize_utility or config.shortfall == "random" else None
         prior = None  # of the unexplored eligible clients, in their order
         if config.explore_by_prior or config.normalize_utility:
             prior = exploration_prior(view.num_samples[unexplored], _durations(view, unexplored), t_pref,
@@ -106,7 +130,7 @@ def make_oort_selector(config: OortConfig = OortConfig()) -> Selector:
                 raw = view.num_samples[eligible].astype(np.float64)
                 if config.prior_cap is not None:
                     raw = np.minimum(raw, float(config.prior_cap))
-                population = np.where(explored_mask, view.utility[eligible], raw)
+                population = np.where(~unexplored_mask[eligible], view.utility[eligible], raw)
             scores = oort_scores(view.utility[explored], view.utility_round[explored], ctx.round,
                                  _durations(view, explored), t_pref, config.round_penalty, config.clip_bound,
                                  config.normalize_utility, population)  # of the explored eligible clients
@@ -119,8 +143,11 @@ def make_oort_selector(config: OortConfig = OortConfig()) -> Selector:
             if config.explore_by_prior:
                 window = exploration_window(prior, n_explore, config.sample_window)
                 picked.append(unexplored[sample_by_score(ctx.rng, window, prior, n_explore)])
-            else:
+            elif unexplored is not None:
                 picked.append(ctx.rng.choice(unexplored, n_explore, replace=False))
+            else:  # the same draw by rank (it depends on the population size only), then the ids at the ranks
+                picked.append(_ids_at_ranks(unexplored_mask, ctx.rng.choice(num_unexplored, n_explore,
+                                                                             replace=False)))
         clients = np.concatenate(picked).astype(np.int64) if picked else _NO_CLIENTS
         exhausted = state.exhausted
         if config.shortfall == "random":
@@ -128,7 +155,7 @@ def make_oort_selector(config: OortConfig = OortConfig()) -> Selector:
             if missing > 0:
                 rest = eligible[~np.isin(eligible, clients)]
                 clients = np.concatenate([clients, ctx.rng.permutation(rest)[:missing]])
-            exhausted = exhausted or bool((view.utility_round >= 0).all())
+            exhausted = exhausted or len(explored_all) == view.num_clients
         new = ~np.isin(exploit_pick, exploited)
         exploited = np.concatenate([exploited, exploit_pick[new]])
         base = np.concatenate([base, view.times_trained[exploit_pick[new]]])
