@@ -8,7 +8,9 @@ MLP (one hidden layer of 32), FeLiX (TierTrack, Oort + TierSelect eval, TierFuse
 ``c`` tasks in flight. "Host ms per event" is the run's wall time minus the cohort engine's
 device calls (``engine.records`` seconds, which include their own compilation), over the
 events processed; the other compilations of the run (``compile_s_in_run`` holds all of them)
-stay in, so short runs at small N show their fixed costs.
+stay in, so short runs at small N show their fixed costs. ``dispatch_sha1`` digests the run's
+dispatch log (time, client, kind, round of every task): two code versions with the same digest for
+the same population and seed made the same selections (a check that a speed-up changed no result).
 
     python benchmarks/fleet_scale.py                              # 10^3 .. 10^6, c = min(N/10, 10^4)
     python benchmarks/fleet_scale.py --populations 1000 100000 --concurrency 100 --out scale.json
@@ -17,6 +19,7 @@ stay in, so short runs at small N show their fixed costs.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import resource
@@ -74,6 +77,9 @@ def measure(num_clients: int, concurrency: int, aggregations: int, strategy: str
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "compilations": len(compiles), "compilations_in_build": compiles_build,
         "control_messages": sim.acct.control_messages, "stop_reason": rec.stop_reason,
+        # the run's decisions: equal digests, equal selections (same scenario and seed, two code versions)
+        "dispatch_sha1": hashlib.sha1(repr(sim.acct.dispatch_log).encode()).hexdigest(),
+        "final_accuracy": rec.checkpoints[-1].accuracy if rec.checkpoints else None,
     }
 
 
@@ -107,7 +113,8 @@ def main(argv=None) -> int:
         r = rows[-1]
         print(f"N={n:>9,} c={c:>6,} events={r['events']:>7,} host ms/event={r['host_ms_per_event']:7.3f} "
               f"selection ms={r['selection_ms_mean']:7.3f} build s={r['build_s']:6.1f} "
-              f"peak RSS MB={r['peak_rss_mb']:7.0f} compilations={r['compilations']}", flush=True)
+              f"peak RSS MB={r['peak_rss_mb']:7.0f} compilations={r['compilations']} "
+              f"dispatches sha1={r['dispatch_sha1'][:12]}", flush=True)
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"rows": rows, "argv": sys.argv[1:]}, f, indent=2)
