@@ -67,20 +67,28 @@ def _t_pref_population(view, t_pref_over: str, explored_all: np.ndarray) -> np.n
     return durations[np.isfinite(durations)]
 
 
-_BLOCK = 1 << 14  # rows per block of _ids_at_ranks' counts
+_BLOCK = 1 << 16  # rows per block of _ids_at_ranks' walk
 
 
 def _ids_at_ranks(mask: np.ndarray, ranks: np.ndarray) -> np.ndarray:
-    """``np.flatnonzero(mask)[ranks]`` without listing every set row: counts per block of rows, then
-    only the blocks the ranks fall in are listed (a few ranks among 10^5..10^6 set rows)."""
-    counts = np.add.reduceat(mask.view(np.uint8), np.arange(0, mask.size, _BLOCK), dtype=np.int32)
-    ends = np.cumsum(counts, dtype=np.int64)
+    """``np.flatnonzero(mask)[ranks]`` without listing every set row: a walk over blocks of rows in
+    rank order, counting each block's set rows, listing only the blocks the ranks fall in (a few
+    ranks among 10^5..10^6 set rows)."""
     ranks = np.asarray(ranks, np.int64)
-    blocks = np.searchsorted(ends, ranks, side="right")
     out = np.empty(ranks.size, np.int64)
-    for i, (r, b) in enumerate(zip(ranks.tolist(), blocks.tolist())):
-        lo = b * _BLOCK
-        out[i] = lo + np.flatnonzero(mask[lo:lo + _BLOCK])[r - (ends[b] - counts[b])]
+    start, before = 0, 0  # the block's first row; set rows before it
+    count = int(np.count_nonzero(mask[:_BLOCK]))
+    listed = None
+    for i in np.argsort(ranks, kind="stable").tolist():
+        r = int(ranks[i])
+        while before + count <= r:
+            before += count
+            start += _BLOCK
+            count = int(np.count_nonzero(mask[start:start + _BLOCK]))
+            listed = None
+        if listed is None:
+            listed = np.flatnonzero(mask[start:start + _BLOCK])
+        out[i] = start + listed[r - before]
     return out
 
 
