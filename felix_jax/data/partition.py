@@ -275,6 +275,17 @@ def scale_counts(counts: np.ndarray, total: int) -> np.ndarray:
     return out + 1
 
 
+def _sized_args(labels, sizes, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """Checked (labels, sizes) of a partition with given client sizes and Dirichlet label mixes."""
+    labels = np.asarray(labels).ravel()
+    sizes = np.asarray(sizes, np.int64).ravel()
+    if not (np.isfinite(alpha) and alpha > 0):
+        raise ValueError(f"alpha must be a finite number > 0, got {alpha}")
+    if sizes.size == 0 or sizes.min() < 1:
+        raise ValueError("sizes must be a non-empty array of sizes >= 1")
+    return labels, sizes
+
+
 def dirichlet_sized_partition(labels: np.ndarray, sizes: np.ndarray, alpha: float, seed: Seed = 0) -> Partition:
     """Clients of the given ``sizes`` whose label mixes are drawn from Dirichlet(alpha).
 
@@ -287,12 +298,7 @@ def dirichlet_sized_partition(labels: np.ndarray, sizes: np.ndarray, alpha: floa
     id is favoured when classes run short. Setup-time host code (one numpy pass per
     client).
     """
-    labels = np.asarray(labels).ravel()
-    sizes = np.asarray(sizes, np.int64).ravel()
-    if not (np.isfinite(alpha) and alpha > 0):
-        raise ValueError(f"alpha must be a finite number > 0, got {alpha}")
-    if sizes.size == 0 or sizes.min() < 1:
-        raise ValueError("sizes must be a non-empty array of sizes >= 1")
+    labels, sizes = _sized_args(labels, sizes, alpha)
     if sizes.sum() > labels.size:
         raise ValueError(f"sizes sum to {sizes.sum()} > {labels.size} samples")
     rng = np.random.default_rng(seed)
@@ -342,12 +348,7 @@ def pool_partition(labels: np.ndarray, sizes: np.ndarray, alpha: float, seed: Se
     median, which ``max_count`` guarantees (e.g. 10^6 clients of the paper's sizes
     scaled to the 1,437 digits, median 4 and largest 28: 112 MB).
     """
-    labels = np.asarray(labels).ravel()
-    sizes = np.asarray(sizes, np.int64).ravel()
-    if not (np.isfinite(alpha) and alpha > 0):
-        raise ValueError(f"alpha must be a finite number > 0, got {alpha}")
-    if sizes.size == 0 or sizes.min() < 1:
-        raise ValueError("sizes must be a non-empty array of sizes >= 1")
+    labels, sizes = _sized_args(labels, sizes, alpha)
     if labels.size == 0:
         raise ValueError("the pool has no samples")
     if max_count is not None:
