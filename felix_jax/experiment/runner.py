@@ -19,7 +19,7 @@ from ..cohort import CohortEngine, LocalEvalConfig, LocalTrainConfig
 from ..data.federated import held_out_to_device, to_device
 from ..data.loaders import load_dataset
 from ..data.partition import (dirichlet_partition, dirichlet_sized_partition, iid_partition, partition_by_key,
-                              scale_counts)
+                              pool_partition, scale_counts)
 from ..traces import REFERENCE_TRACE_NAMES, load_reference_clients
 from ..fleet.config import FleetConfig, StopRule
 from ..fleet.modes import AsyncMode, SyncMode
@@ -69,8 +69,6 @@ def build_simulator(sc: Scenario, on_checkpoint=None) -> FleetSimulator:
         part = dirichlet_sized_partition(ds.train_y, reference_sizes(sc.num_clients, len(ds.train_y)), sc.alpha,
                                          seed=part_seed)
     elif sc.partition == "pool":  # a population larger than the data: clients draw from the whole pool
-        from ..data.partition import pool_partition
-
         base = reference_sizes(min(300, len(ds.train_y)), len(ds.train_y))  # the paper's clients on this pool
         part = pool_partition(ds.train_y, base[np.arange(sc.num_clients) % base.size], sc.alpha, seed=part_seed)
     else:
