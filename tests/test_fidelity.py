@@ -157,11 +157,11 @@ def test_step_matched_fedbuff_keeps_relative_weights_and_takes_tierfuses_total()
 
 # ------------------------------------------------------------ deviations fixed
 def test_eval_picks_do_not_count_toward_the_once_per_round_rule():
-    """Finding 5: every dispatch set ``picked_round``, so a client evaluated this round
+    """Finding 5: every dispatch set the round a client was last picked in, so a client evaluated this round
     could not be picked for training in the same round."""
     sim = build_simulator(TINY.with_overrides({"strategy": "felix"}))
     sim._dispatch(3, "eval")
-    assert sim.view.picked_round[3] != sim.round
+    assert sim.view.last_selected_round[3] != sim.round
     sim.view.busy[3] = False  # its eval reply frees it
     assert sim.view.trainable(sim.round, once_per_round=True)[3]
     sim._dispatch(5, "train")

@@ -24,7 +24,6 @@ class ClientMap:
     last_selected_round: np.ndarray  # (N,) int64: round of the last training selection (-1: never)
     times_trained: np.ndarray  # (N,) int64: training replies received
     duration_s: np.ndarray  # (N,) float64: last observed training-task duration (nan: unknown)
-    picked_round: np.ndarray  # (N,) int64: last aggregation round the client was picked in
     # (N,) float64: training-task duration the client's system profile gives at registration (nan: unknown)
     registered_duration_s: np.ndarray
 
@@ -41,7 +40,6 @@ class ClientMap:
             last_selected_round=np.full(n, -1, np.int64),
             times_trained=np.zeros(n, np.int64),
             duration_s=np.full(n, np.nan),
-            picked_round=np.full(n, -1, np.int64),
             registered_duration_s=np.asarray(registered, np.float64).copy(),
         )
 
@@ -54,7 +52,7 @@ class ClientMap:
         ok = self.tier == Tier.AVL_TRAIN
         np.greater(ok, self.busy, out=ok)  # ok & ~busy, in place (one pass fewer over N at 10^6 clients)
         if once_per_round:  # TierTrack: a client that left and returned is not picked twice a round
-            ok &= self.picked_round != current_round
+            ok &= self.last_selected_round != current_round
         return ok
 
     def evaluable(self) -> np.ndarray:

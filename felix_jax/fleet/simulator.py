@@ -284,8 +284,7 @@ class FleetSimulator:
             self.acct.dispatched_train += 1
             age = self.round - self.view.utility_round[client] if self.view.utility_round[client] >= 0 else -1
             self.acct.utility_age.append(int(age))
-            self.view.last_selected_round[client] = self.round
-            self.view.picked_round[client] = self.round  # once per round counts training picks only
+            self.view.last_selected_round[client] = self.round  # once per round counts training picks only
         else:
             work = float(self.profile.eval_duration_s(cl, mb, self._eval_samples[cl])[0])
             allowed = EVAL_TIERS
