@@ -147,6 +147,7 @@ def summarize(record: RunRecord, seed: int, batches: dict) -> dict:
         "host_ms_per_event": 1000 * record.host_seconds / max(record.events_processed, 1),
         "cohort": batches,
         "xla_compilations": _compiles["total"] - _compiles["at_last_summary"],
+        "test_eval_calls": record.test_eval_calls,
     }
     _compiles["at_last_summary"] = _compiles["total"]
     out.update(record.accounting.summary())

@@ -90,7 +90,8 @@ def build_simulator(sc: Scenario, on_checkpoint=None) -> FleetSimulator:
                             utility_from=sc.utility_from)
     aggregator = make_aggregator(strategy.aggregator, resolved.aggregator)
     stop = StopRule(target_accuracy=sc.target_accuracy, max_virtual_s=sc.max_virtual_hours * 3600,
-                    max_aggregations=sc.max_aggregations, eval_every=sc.eval_every)
+                    max_aggregations=sc.max_aggregations, eval_every=sc.eval_every,
+                    eval_batch=sc.eval_batch or (1 if jax.default_backend() == "cpu" else 16))
     init = model.init(jax.random.key(int(seeds[3].generate_state(1)[0])))
     eval_selector = make_selector(strategy.eval_selector, resolved.eval_selector) if strategy.eval_selector else None
     return FleetSimulator(
@@ -273,7 +274,7 @@ def run_config(sc: Scenario, sim: FleetSimulator) -> dict[str, Any]:
     resolved = sc.resolve_strategy()
     return {"scenario": sc.to_json(), "strategy": resolved.strategy.to_json(), "policies": resolved.to_json(),
             "update_guard": to_json(sim.update_guard), "fleet": to_json(sim.cfg),
-            "model": {"name": sim.model.name, "num_params": sim.model.num_params,
+            "stop": to_json(sim.stop), "model": {"name": sim.model.name, "num_params": sim.model.num_params,
                       "bytes_on_wire": sim.model.bytes_on_wire},
             "backend": jax.default_backend(), "jax": jax.__version__}
 

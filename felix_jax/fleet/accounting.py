@@ -36,6 +36,20 @@ class Accounting:
     selection_seconds: list = dataclasses.field(default_factory=list)  # host time per decision
     dispatch_log: list = dataclasses.field(default_factory=list)  # (time_s, client, kind, round) per task
 
+    def mark(self) -> dict:
+        """The counters now, and the lists' lengths: :meth:`rollback` returns to this point."""
+        return {f.name: (len(v) if isinstance(v := getattr(self, f.name), list) else v)
+                for f in dataclasses.fields(self)}
+
+    def rollback(self, mark: dict) -> None:
+        """Back to a :meth:`mark`: counters restored, lists cut to their lengths then."""
+        for name, value in mark.items():
+            current = getattr(self, name)
+            if isinstance(current, list):
+                del current[value:]
+            else:
+                setattr(self, name, value)
+
     @property
     def bytes_total(self) -> int:
         return (self.bytes_down_train + self.bytes_up_train + self.bytes_down_eval + self.bytes_up_eval

@@ -58,6 +58,15 @@ class StopRule:
     max_virtual_s: float = 48 * 3600.0
     max_aggregations: int = 10_000
     eval_every: int = 1  # test-set evaluation every n aggregations
+    # Test-set evaluations batched into one device call: the model versions wait, the run goes on,
+    # and the stop rule is applied to them in order afterwards; a target found late rolls the run's
+    # record back to that checkpoint, so every reported result is that of eval_batch=1 (the work done
+    # past it, host seconds and events, is not rolled back).
+    eval_batch: int = 1
+
+    def __post_init__(self):
+        if self.eval_every < 1 or self.eval_batch < 1:
+            raise ValueError(f"eval_every and eval_batch must be >= 1, got {self.eval_every} and {self.eval_batch}")
 
     def reached(self, accuracies: list[float]) -> bool:
         if self.target_accuracy is None or not accuracies:

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..cohort import CohortEngine, VersionStore, evaluate, statistical_utility
+from ..cohort import CohortEngine, VersionStore, evaluate, evaluate_many, statistical_utility
 from ..data.federated import HeldOutSet
 from ..models.base import Model, Params
 from ..policies.aggregators.base import Aggregator, BufferInfo
@@ -63,6 +63,21 @@ class Checkpoint:
 
 
 @dataclasses.dataclass
+class _PendingCheckpoint:
+    """A test checkpoint whose evaluation waits for its batch (``StopRule.eval_batch``), with
+    what the run's record was at that point, to return to if the stop rule fires there."""
+
+    params: Params
+    version: int
+    time_s: float
+    bytes_total: int
+    staleness_mean: float
+    interval_s: float
+    accounting: dict  # Accounting.mark()
+    num_aggregation_times: int
+
+
+@dataclasses.dataclass
 class RunRecord:
     checkpoints: list[Checkpoint]
     aggregation_times: list[float]
@@ -73,6 +88,7 @@ class RunRecord:
     host_seconds: float
     events_processed: int
     params: Params
+    test_eval_calls: int = 0  # device calls that evaluated test checkpoints (in this process)
 
 
 def _finite_utility(u) -> float:
@@ -140,6 +156,8 @@ class FleetSimulator:
         self.checkpoints: list[Checkpoint] = []
         self.aggregation_times: list[float] = [0.0]
         self._accuracies: list[float] = []
+        self._pending: list[_PendingCheckpoint] = []  # checkpoints not evaluated yet (eval_batch > 1)
+        self._test_eval_calls = 0
         self._stop_reason: str | None = None
         self._time_to_target: float | None = None
         self._events = 0  # events processed
@@ -205,9 +223,11 @@ class FleetSimulator:
             handler(ev.payload)
             if self.snapshot is not None and self._stop_reason is None:
                 self._maybe_snapshot()
+        self._resolve_checkpoints()  # may roll the record back to a target found late
         self._count_notifications()
         return RunRecord(self.checkpoints, self.aggregation_times, self.acct, self._stop_reason,
-                         self._time_to_target, self.now, time.perf_counter() - t_host, self._events, self.params)
+                         self._time_to_target, self.now, time.perf_counter() - t_host, self._events, self.params,
+                         self._test_eval_calls)
 
     def restore(self, path) -> None:
         """Loads a snapshot (a snapshot root or one snapshot folder) into this freshly built simulator.
@@ -231,6 +251,9 @@ class FleetSimulator:
         by_clock = (policy.every_minutes is not None
                     and time.perf_counter() - self._snapshot_clock >= 60.0 * policy.every_minutes)
         if not (by_count or by_clock):
+            return
+        self._resolve_checkpoints()  # a snapshot holds no unevaluated checkpoint
+        if self._stop_reason is not None:
             return
         path = save_snapshot(self, policy.path, keep=policy.keep)
         self._snapshot_version, self._snapshot_clock = self.version, time.perf_counter()
@@ -479,19 +502,43 @@ class FleetSimulator:
         return weights
 
     def _checkpoint(self) -> None:
+        """A test checkpoint of the current model: evaluated now, or queued until ``eval_batch``
+        are waiting (:meth:`_resolve_checkpoints`)."""
         self._count_notifications()
-        m = evaluate(self.model, self.params, self.test)
         interval = self.aggregation_times[-1] - self.aggregation_times[-2] if len(self.aggregation_times) > 1 else 0.0
         stale = self.acct.staleness[-self.cfg.aggregation_goal:] if self.acct.staleness else [0]
-        cp = Checkpoint(self.now, self.version, m.accuracy, m.loss, self.acct.bytes_total, float(np.mean(stale)),
-                        interval)
-        self.checkpoints.append(cp)
-        self._accuracies.append(m.accuracy)
-        if self.on_checkpoint:
-            self.on_checkpoint(cp)
-        if self._time_to_target is None and self.stop.reached(self._accuracies):
-            self._time_to_target = self.now
-            self._stop_reason = "target"
+        self._pending.append(_PendingCheckpoint(self.params, self.version, self.now, self.acct.bytes_total,
+                                                float(np.mean(stale)), interval, self.acct.mark(),
+                                                len(self.aggregation_times)))
+        if len(self._pending) >= self.stop.eval_batch:
+            self._resolve_checkpoints()
+
+    def _resolve_checkpoints(self) -> None:
+        """Evaluates the waiting checkpoints (one device call) and applies the stop rule to each in
+        order. If the target is reached at one that the run has gone past, the record goes back to
+        it: clock, version, model, aggregation times and accounting, as if the run had stopped there."""
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
+        if self.stop.eval_batch == 1:
+            metrics = [evaluate(self.model, p.params, self.test) for p in pending]
+            self._test_eval_calls += len(pending)
+        else:
+            metrics = evaluate_many(self.model, [p.params for p in pending], self.test, pad_to=self.stop.eval_batch)
+            self._test_eval_calls += 1
+        for p, m in zip(pending, metrics):
+            cp = Checkpoint(p.time_s, p.version, m.accuracy, m.loss, p.bytes_total, p.staleness_mean, p.interval_s)
+            self.checkpoints.append(cp)
+            self._accuracies.append(m.accuracy)
+            if self.on_checkpoint:
+                self.on_checkpoint(cp)
+            if self._time_to_target is None and self.stop.reached(self._accuracies):
+                self._time_to_target = p.time_s
+                self._stop_reason = "target"
+                self.now, self.version, self.params = p.time_s, p.version, p.params
+                del self.aggregation_times[p.num_aggregation_times:]
+                self.acct.rollback(p.accounting)
+                return
 
     def _count_notifications(self) -> None:
         if self.cfg.knowledge is not Knowledge.TIERTRACK or self.now <= self._last_notify_t:
