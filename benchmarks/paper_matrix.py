@@ -120,6 +120,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--workers", type=int, default=1, help="cells run at a time (processes)")
     ap.add_argument("--budget-s", type=float, default=float("inf"), help="stop starting cells after this long")
+    ap.add_argument("--cell-budget-s", type=float, default=None,
+                    help="stop each cell after this much wall time (stop reason wall_budget; the table says so)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--out", default="results/paper-matrix")
     ap.add_argument("--json", help="write the rows and the table here")
@@ -145,7 +147,7 @@ def main(argv=None) -> dict:
         return {"rows": rows, "table": table}
     t0 = time.perf_counter()
     rows = run_matrix(base, [], [], [], out, progress=False, workers=args.workers, cells=cells,
-                      deadline=time.time() + args.budget_s, plot=False)
+                      deadline=time.time() + args.budget_s, plot=False, cell_budget_s=args.cell_budget_s)
     finished = {(r["strategy"], r["availability"], r["seed"]) for r in rows}
     skipped = [f"{st}/{rg}/seed{sd}" for st, rg, sd in cells if (st, rg, sd) not in finished]
     every = strategies + [a for a in ablations if a not in strategies]

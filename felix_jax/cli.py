@@ -125,7 +125,7 @@ def _run(args: argparse.Namespace) -> int:
           f"| {scenario.num_clients} clients | results -> {out}", flush=True)
     try:
         result = run(scenario, out, progress=not args.quiet, stop_on_signals=True, resume=bool(args.resume),
-                     **snapshots)
+                     wall_budget_s=args.wall_budget_s, **snapshots)
     except USER_ERRORS as e:
         if created and not any(out.iterdir()):  # refused before it wrote anything: leave no empty folder
             out.rmdir()
@@ -280,6 +280,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", metavar="DIR",
                      help="continue the run in DIR from its last snapshot; the finished results equal an "
                           "uninterrupted run's")
+    run.add_argument("--wall-budget-s", type=float, metavar="S",
+                     help="stop after S seconds of wall time (stop reason wall_budget; a snapshot if snapshots "
+                          "are on, so --resume continues it)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.set_defaults(func=_run)
     cmp_ = sub.add_parser("compare", help="run strategies x availability regimes x seeds and compare them")

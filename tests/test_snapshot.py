@@ -206,3 +206,34 @@ def test_cli_kill_and_resume_equals_an_uninterrupted_run(tmp_path, monkeypatch):
         main(["run", "--resume", str(tmp_path / "cut"), "--set", "seed=1"])
     with pytest.raises(SystemExit, match="holds no snapshot"):
         main(["run", "--resume", str(tmp_path / "ref"), "--quiet"])
+
+
+def test_wall_budget_stops_cleanly_and_resumes_exactly(tmp_path, monkeypatch):
+    """``run(wall_budget_s=...)``: the run stops after the current event with stop reason
+    ``wall_budget``, its folder complete up to there; with snapshots on, resuming it finishes the
+    uninterrupted run."""
+    import time
+
+    from felix_jax.experiment.runner import run
+    from felix_jax.fleet.simulator import FleetSimulator
+
+    sc = scenario("felix", max_aggregations="10")
+    ref = run(sc, tmp_path / "ref", plot=False)
+    original = FleetSimulator._checkpoint
+
+    def slow_after_version_5(self):
+        original(self)
+        if self.version >= 5:
+            time.sleep(0.2)  # the budget runs out here, on any machine
+
+    monkeypatch.setattr(FleetSimulator, "_checkpoint", slow_after_version_5)
+    cut = run(sc, tmp_path / "cut", plot=False, snapshot_every=100, wall_budget_s=0.1)
+    assert cut.summary["stop_reason"] == "wall_budget" and cut.summary["aggregations"] < 10
+    lines = (tmp_path / "cut" / "metrics.csv").read_text().splitlines()
+    assert len(lines) == 1 + cut.summary["aggregations"] + 1  # header, t=0, one row per aggregation
+    monkeypatch.setattr(FleetSimulator, "_checkpoint", original)
+    done = run(sc, tmp_path / "cut", plot=False, resume=True)
+    assert done.summary["stop_reason"] == "max_aggregations"
+    assert (tmp_path / "cut" / "metrics.csv").read_bytes() == (tmp_path / "ref" / "metrics.csv").read_bytes()
+    with pytest.raises(ValueError, match="wall_budget_s"):
+        run(sc, wall_budget_s=0)

@@ -45,11 +45,11 @@ def _finished_row(sc: Scenario, run_dir: Path) -> dict | None:
 
 
 def _run_cell(sc: Scenario, run_dir: Path, progress: bool, deadline: float = math.inf,
-              plot: bool = True) -> dict | None:
+              plot: bool = True, cell_budget_s: float | None = None) -> dict | None:
     """One cell's summary; None if it would start after ``deadline`` (``time.time()``)."""
     if time.time() > deadline:
         return None
-    return run(sc, run_dir, progress=progress, plot=plot).summary
+    return run(sc, run_dir, progress=progress, plot=plot, wall_budget_s=cell_budget_s).summary
 
 
 def _row(sc: Scenario, base: Scenario, summary: dict, run_dir: Path) -> dict:
@@ -60,7 +60,7 @@ def _row(sc: Scenario, base: Scenario, summary: dict, run_dir: Path) -> dict:
 def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds: list[int], out: Path,
                progress: bool = True, log: Callable[[str], None] = print, resume: bool = True,
                workers: int = 1, cells: list[tuple[str, str, int]] | None = None,
-               deadline: float = math.inf, plot: bool = True) -> list[dict]:
+               deadline: float = math.inf, plot: bool = True, cell_budget_s: float | None = None) -> list[dict]:
     """Runs every (strategy, regime, seed) cell (or the given ``cells``) and writes ``summary.csv``.
 
     ``resume``: a cell whose folder already holds this scenario's ``config.json`` and a
@@ -68,7 +68,9 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
     it stopped. ``workers > 1`` runs cells in that many processes (spawned, so each
     has its own JAX runtime; on a GPU they share the device). Cells that would start
     after ``deadline`` (``time.time()``) are left out of the result; ``plot=False``
-    skips each run's own accuracy figure.
+    skips each run's own accuracy figure. ``cell_budget_s``: each cell stops after that much wall
+    time (stop reason ``wall_budget``: its results hold up to where it got, and it counts as
+    finished on resume).
     """
     todo = cells if cells is not None else [(st, rg, sd) for rg in regimes for st in strategies for sd in seeds]
     scenarios = [base.with_overrides({"strategy": st, "availability": rg, "seed": sd}) for st, rg, sd in todo]
@@ -96,7 +98,7 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
                 if cells_bar is not None:
                     cells_bar.set_postfix_str(f"{sc.strategy}/{sc.availability}/seed{sc.seed}")
                 run_dir = cell_dir(out, sc.strategy, sc.availability, sc.seed)
-                summary = _run_cell(sc, run_dir, progress, deadline, plot)
+                summary = _run_cell(sc, run_dir, progress, deadline, plot, cell_budget_s)
                 rows[i] = None if summary is None else _row(sc, base, summary, run_dir)
                 if cells_bar is not None:
                     cells_bar.update(1)
@@ -109,7 +111,8 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
 
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
             futures = {pool.submit(_run_cell, scenarios[i], cell_dir(out, scenarios[i].strategy,
-                                   scenarios[i].availability, scenarios[i].seed), False, deadline, plot): i
+                                   scenarios[i].availability, scenarios[i].seed), False, deadline, plot,
+                                   cell_budget_s): i
                        for i in pending}
             for n, fut in enumerate(as_completed(futures), 1):
                 i = futures[fut]

@@ -281,7 +281,7 @@ def run_config(sc: Scenario, sim: FleetSimulator) -> dict[str, Any]:
 
 def run(sc: Scenario, out_dir: str | Path | None = None, progress: bool = False, plot: bool = True,
         stop_on_signals: bool = False, snapshot_every: int | None = None, snapshot_minutes: float | None = None,
-        resume: bool = False) -> RunResult:
+        resume: bool = False, wall_budget_s: float | None = None) -> RunResult:
     """Builds and runs ``sc``; with ``out_dir``, writes its results folder as the run goes.
 
     The folder is checked (created, writable) before any work and a previous run's result
@@ -296,7 +296,14 @@ def run(sc: Scenario, out_dir: str | Path | None = None, progress: bool = False,
     continues the run whose snapshot ``out_dir`` holds (``sc`` must be its scenario, e.g.
     ``Scenario.from_file(out_dir / "config.json")``): the finished run's files equal an
     uninterrupted run's.
+    ``wall_budget_s``: seconds of wall time (from this call, the build included) after which the
+    run stops after the current event, with stop reason ``"wall_budget"`` (a snapshot then, as
+    for a signal): a run's results are complete up to there, but where it ends depends on the
+    machine's speed, which the stop reason says.
     """
+    t_call = time.perf_counter()
+    if wall_budget_s is not None and not wall_budget_s > 0:
+        raise ValueError(f"wall_budget_s must be > 0 seconds, got {wall_budget_s}")
     if resume and out_dir is None:
         raise ValueError("resume needs the results folder of the run to continue")
     snap_dir = None if out_dir is None else Path(out_dir) / SNAPSHOT_DIR
@@ -306,6 +313,7 @@ def run(sc: Scenario, out_dir: str | Path | None = None, progress: bool = False,
     out = prepare_out_dir(out_dir, clear=not resume) if out_dir is not None else None
     bar = _Progress(sc, progress)
     stream: MetricsStream | None = None
+    timer: threading.Timer | None = None
 
     def on_checkpoint(cp: Checkpoint) -> None:
         if stream is not None:
@@ -328,10 +336,17 @@ def run(sc: Scenario, out_dir: str | Path | None = None, progress: bool = False,
                     sim.snapshot = SnapshotPolicy(snap_dir, every_aggregations=snapshot_every,
                                                   every_minutes=snapshot_minutes)
             signals.attach(sim)
+            if wall_budget_s is not None:
+                left = wall_budget_s - (time.perf_counter() - t_call)
+                timer = threading.Timer(max(left, 0.0), sim.request_stop, args=("wall_budget",))
+                timer.daemon = True
+                timer.start()
             record = sim.run()
-            if sim.snapshot is not None and record.stop_reason == "interrupted":
+            if sim.snapshot is not None and record.stop_reason in ("interrupted", "wall_budget"):
                 save_snapshot(sim, snap_dir)  # stopped between events: resume from exactly here
         finally:
+            if timer is not None:
+                timer.cancel()
             bar.close()
             if stream is not None:
                 stream.close()
