@@ -93,7 +93,9 @@ def fidelity_table(rows: list[dict], strategies: list[str], regimes: list[str]) 
             acc = np.mean([last_mean_accuracy(r["run_dir"]) for r in cell])
             aggs = np.mean([x["aggregations"] for x in s])
             end_h = np.mean([x["end_time_s"] for x in s]) / 3600
-            lines.append(f"| {label} | {st} | {len(hours)}/{len(cell)} | {text} | {ratio} | {paper_ratio(st, label)} "
+            cut = sum(r["_summary"].get("stop_reason") == "wall_budget" for r in cell)
+            reached = f"{len(hours)}/{len(cell)}" + (f" ({cut} cut)" if cut else "")
+            lines.append(f"| {label} | {st} | {reached} | {text} | {ratio} | {paper_ratio(st, label)} "
                          f"| {gb[0]:.2f} / {gb[1]:.2f}, {control_mb:.3f} | {acc:.3f} | {aggs:.0f} | {end_h:.2f} |")
     return "\n".join(lines)
 

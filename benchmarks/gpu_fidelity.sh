@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The fidelity matrix and the test-evaluation batching on one accelerator, in one go, under a
+# fixed wall-clock budget. Installs nothing from the network; JSON under $OUT (else results/gpu-fidelity).
+#
+#   1. evalbatch.json - `cifar10-paper`, FeLiX on `mobiperf`, EVAL_S seconds of wall time each with
+#                       eval_batch=1 (a test-set evaluation, and a host sync, per aggregation) and
+#                       eval_batch=16: virtual hours and aggregations reached, evaluation calls. The two
+#                       runs follow the same trajectory (batching changes no result), so the one that
+#                       got further in the same wall time is the faster.
+#   2. fidelity/      - benchmarks/paper_matrix.py on `cifar10-fidelity` at its 35% target, WORKERS
+#                       cells at a time sharing the device, each cut after CELL_S seconds (stop reason
+#                       wall_budget: "not reached by" the virtual time it got to), no cell started after
+#                       MATRIX_S seconds; seeds SEEDS, regimes REGIMES, ablations ABLATIONS.
+#
+# Needs FELIX_JAX_DATA (CIFAR-10 and the reference traces). Settings (environment): OUT, PYTHON,
+# EVAL_S (45), WORKERS (8), CELL_S (75), MATRIX_S (270), SEEDS (0,1), MAX_HOURS (1.0), REGIMES,
+# ABLATIONS, SKIP_EVAL=1.
+#
+#     OUT=/tmp/gf FELIX_JAX_DATA=/path/to/data bash benchmarks/gpu_fidelity.sh
+set -uo pipefail
+
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python}
+OUT=${OUT:-results/gpu-fidelity}
+EVAL_S=${EVAL_S:-45}
+WORKERS=${WORKERS:-8}
+CELL_S=${CELL_S:-75}
+MATRIX_S=${MATRIX_S:-270}
+SEEDS=${SEEDS:-0,1}
+MAX_HOURS=${MAX_HOURS:-1.0}
+REGIMES=${REGIMES:-ref:syn_50,ref:mobiperf_3st_50,ref:syn_0,ref:syn_20}
+ABLATIONS=${ABLATIONS:-felix-no-eval,oort-async-step-matched}
+# processes share the device: none may take most of its memory up front
+export XLA_PYTHON_CLIENT_PREALLOCATE=false
+mkdir -p "$OUT"
+"$PYTHON" -c "import jax, json, sys; json.dump({'jax': jax.__version__, 'backend': jax.default_backend(),
+'devices': [d.device_kind for d in jax.devices()]}, open(sys.argv[1], 'w'))" "$OUT/env.json"
+cat "$OUT/env.json"; echo
+
+if [ "${SKIP_EVAL:-0}" != 1 ]; then
+  echo "== 1. cifar10-paper FeLiX/mobiperf, ${EVAL_S}s each, eval_batch 1 and 16"
+  for b in 1 16; do
+    "$PYTHON" -m felix_jax.cli run --preset cifar10-paper --set strategy=felix --set availability=mobiperf \
+      --set eval_batch=$b --wall-budget-s "$EVAL_S" --out "$OUT/evalbatch-$b" --quiet --overwrite \
+      >"$OUT/evalbatch-$b.log" 2>&1
+  done
+  "$PYTHON" - "$OUT" "$EVAL_S" <<'EOF'
+import json, sys
+from pathlib import Path
+out, budget = Path(sys.argv[1]), float(sys.argv[2])
+res = {"wall_budget_s": budget}
+for b in (1, 16):
+    p = out / f"evalbatch-{b}" / "summary.json"
+    if not p.exists():
+        print(f"eval_batch={b}: no summary (see evalbatch-{b}.log)")
+        continue
+    s = json.loads(p.read_text())
+    res[b] = {k: s.get(k) for k in ("aggregations", "end_time_s", "test_eval_calls", "host_seconds",
+                                     "best_accuracy", "stop_reason", "xla_compilations")}
+    print(f"eval_batch={b:>2}: {s['aggregations']} aggregations, {s['end_time_s'] / 3600:.3f} virtual h, "
+          f"{s['test_eval_calls']} test-eval calls, host {s['host_seconds']:.1f} s ({s['stop_reason']})")
+(out / "evalbatch.json").write_text(json.dumps(res, indent=2))
+EOF
+fi
+
+echo "== 2. cifar10-fidelity matrix: seeds $SEEDS, $WORKERS at a time, ${CELL_S}s per cell, none started after ${MATRIX_S}s"
+"$PYTHON" benchmarks/paper_matrix.py --seeds "$SEEDS" --regimes "$REGIMES" --ablations "$ABLATIONS" \
+  --ablation-regimes ref:syn_50,ref:mobiperf_3st_50 --workers "$WORKERS" --cell-budget-s "$CELL_S" \
+  --budget-s "$MATRIX_S" --set max_virtual_hours="$MAX_HOURS" --out "$OUT/fidelity" \
+  --json "$OUT/fidelity.json" 2>&1 | grep -v "^\[" | tail -60
