@@ -14,7 +14,9 @@
 #
 # Needs FELIX_JAX_DATA (CIFAR-10 and the reference traces). Settings (environment): OUT, PYTHON,
 # EVAL_S (45), WORKERS (8), CELL_S (75), MATRIX_S (270), SEEDS (0,1), MAX_HOURS (1.0), REGIMES,
-# ABLATIONS, SKIP_EVAL=1.
+# ABLATIONS, STRATEGIES, EVAL_PRESET (cifar10-paper), EVAL_AVAIL (mobiperf), WARMUP_S (0: none; a first
+# run of that long fills the compilation cache, which a cold process spends ~45 s on), SKIP_EVAL=1,
+# SKIP_MATRIX=1.
 #
 #     OUT=/tmp/gf FELIX_JAX_DATA=/path/to/data bash benchmarks/gpu_fidelity.sh
 set -uo pipefail
@@ -29,7 +31,8 @@ MATRIX_S=${MATRIX_S:-270}
 SEEDS=${SEEDS:-0,1}
 MAX_HOURS=${MAX_HOURS:-1.0}
 REGIMES=${REGIMES:-ref:syn_50,ref:mobiperf_3st_50,ref:syn_0,ref:syn_20}
-ABLATIONS=${ABLATIONS:-felix-no-eval,oort-async-step-matched}
+ABLATIONS=${ABLATIONS-felix-no-eval,oort-async-step-matched}
+STRATEGIES=${STRATEGIES:-felix,oort-oracle,oort-async-oracle,oort-async,refl}
 # processes share the device: none may take most of its memory up front
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
 mkdir -p "$OUT"
@@ -37,10 +40,18 @@ mkdir -p "$OUT"
 'devices': [d.device_kind for d in jax.devices()]}, open(sys.argv[1], 'w'))" "$OUT/env.json"
 cat "$OUT/env.json"; echo
 
+EVAL_PRESET=${EVAL_PRESET:-cifar10-paper}
+EVAL_AVAIL=${EVAL_AVAIL:-mobiperf}
+if [ "${WARMUP_S:-0}" != 0 ]; then
+  # a first run fills the persistent compilation cache (a cold first flush compiles ~120 programs)
+  echo "== 0. warm-up: $EVAL_PRESET FeLiX/$EVAL_AVAIL for ${WARMUP_S}s"
+  "$PYTHON" -m felix_jax.cli run --preset "$EVAL_PRESET" --set strategy=felix --set availability="$EVAL_AVAIL" \
+    --wall-budget-s "$WARMUP_S" --out "$OUT/warmup" --quiet --overwrite >"$OUT/warmup.log" 2>&1
+fi
 if [ "${SKIP_EVAL:-0}" != 1 ]; then
-  echo "== 1. cifar10-paper FeLiX/mobiperf, ${EVAL_S}s each, eval_batch 1 and 16"
+  echo "== 1. $EVAL_PRESET FeLiX/$EVAL_AVAIL, ${EVAL_S}s each, eval_batch 1 and 16"
   for b in 1 16; do
-    "$PYTHON" -m felix_jax.cli run --preset cifar10-paper --set strategy=felix --set availability=mobiperf \
+    "$PYTHON" -m felix_jax.cli run --preset "$EVAL_PRESET" --set strategy=felix --set availability="$EVAL_AVAIL" \
       --set eval_batch=$b --wall-budget-s "$EVAL_S" --out "$OUT/evalbatch-$b" --quiet --overwrite \
       >"$OUT/evalbatch-$b.log" 2>&1
   done
@@ -63,8 +74,9 @@ for b in (1, 16):
 EOF
 fi
 
+[ "${SKIP_MATRIX:-0}" = 1 ] && exit 0
 echo "== 2. cifar10-fidelity matrix: seeds $SEEDS, $WORKERS at a time, ${CELL_S}s per cell, none started after ${MATRIX_S}s"
-"$PYTHON" benchmarks/paper_matrix.py --seeds "$SEEDS" --regimes "$REGIMES" --ablations "$ABLATIONS" \
+"$PYTHON" benchmarks/paper_matrix.py --seeds "$SEEDS" --regimes "$REGIMES" --strategies "$STRATEGIES" --ablations "$ABLATIONS" \
   --ablation-regimes ref:syn_50,ref:mobiperf_3st_50 --workers "$WORKERS" --cell-budget-s "$CELL_S" \
   --budget-s "$MATRIX_S" --set max_virtual_hours="$MAX_HOURS" --out "$OUT/fidelity" \
   --json "$OUT/fidelity.json" 2>&1 | grep -v "^\[" | tail -60

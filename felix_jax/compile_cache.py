@@ -25,4 +25,8 @@ def enable_compilation_cache(path: str | os.PathLike | None = None) -> Path:
     jax.config.update("jax_compilation_cache_dir", str(cache))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    # processes this one spawns (compare/paper_matrix workers) start with jax's defaults: the
+    # environment carries the setting to them
+    os.environ.update({"JAX_COMPILATION_CACHE_DIR": str(cache), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0.5",
+                       "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"})
     return cache
