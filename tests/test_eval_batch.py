@@ -145,7 +145,7 @@ def test_eval_batch_is_a_validated_scenario_option_recorded_in_config():
                                                    sim)["stop"]["eval_batch"] == 8
     assert sim_scenario.eval_batch == 8
     default = build_simulator(scenario("fedbuff"))
-    assert default.stop.eval_batch == (1 if jax.default_backend() == "cpu" else 16)
+    assert default.stop.eval_batch == 1
     with pytest.raises(Exception, match="eval_batch"):
         scenario("fedbuff", eval_batch="0")
     with pytest.raises(ValueError, match="eval_batch"):

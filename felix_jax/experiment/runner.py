@@ -91,7 +91,7 @@ def build_simulator(sc: Scenario, on_checkpoint=None) -> FleetSimulator:
     aggregator = make_aggregator(strategy.aggregator, resolved.aggregator)
     stop = StopRule(target_accuracy=sc.target_accuracy, max_virtual_s=sc.max_virtual_hours * 3600,
                     max_aggregations=sc.max_aggregations, eval_every=sc.eval_every,
-                    eval_batch=sc.eval_batch or (1 if jax.default_backend() == "cpu" else 16))
+                    eval_batch=sc.eval_batch)
     init = model.init(jax.random.key(int(seeds[3].generate_state(1)[0])))
     eval_selector = make_selector(strategy.eval_selector, resolved.eval_selector) if strategy.eval_selector else None
     return FleetSimulator(
