@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..data.federated import FederatedData
+from ..data.streams import ClientStreams
 from ..models.base import Model, Params
 from .buckets import next_pow2, plan_buckets
 from .config import LocalEvalConfig, LocalTrainConfig
@@ -95,7 +96,8 @@ class CohortEngine:
     def __init__(self, model: Model, data: FederatedData, train_cfg: LocalTrainConfig,
                  eval_cfg: LocalEvalConfig | None = None, *, seed: int = 0,
                  backend: Literal["jit", "debug"] = "jit", plan: ExecutionPlan | str | None = None,
-                 max_tasks_per_call: int = 256, min_tasks_per_call: int | None = None, devices: int | None = None):
+                 max_tasks_per_call: int = 256, min_tasks_per_call: int | None = None, devices: int | None = None,
+                 streams: ClientStreams | None = None):
         if backend not in ("jit", "debug"):
             raise ValueError(f"backend must be 'jit' or 'debug', got {backend!r}")
         self.model = model
@@ -120,11 +122,15 @@ class CohortEngine:
         self._chunk = None if self.plan.kind == "vmap" else (1 if self.plan.kind == "map" else self.plan.chunk)
         self.base_key = jax.random.key(seed)
         self.counts = np.asarray(jax.device_get(data.counts))
+        # client streams: a task's data (and so its length) depends on its start time (data/streams.py)
+        if (streams is None) != (data.streams is None):
+            raise ValueError("the engine's host stream tables and the device data's must come together")
+        self.streams = streams
         # One compiled scan length per engine (the longest task any client can get);
         # chunks stop early, so shapes depend on the task count only.
-        all_clients = np.arange(len(self.counts))
-        self.train_scan_len = int(self.num_train_steps(all_clients).max(initial=1))
-        self.eval_scan_len = int(self.num_eval_batches(all_clients).max(initial=1))
+        most = self.counts if streams is None else np.full(len(self.counts), streams.max_usable)
+        self.train_scan_len = int(self.train_cfg.num_steps(most).max(initial=1))
+        self.eval_scan_len = int(self.eval_cfg.num_batches(most).max(initial=1))
         self.records: list[CallRecord] = []
         self._seen_shapes: set[tuple] = set()
         if self.num_devices == 1:
@@ -142,36 +148,46 @@ class CohortEngine:
             self._eval_jit = self._sharded(eval_init, eval_step, eval_final, self.eval_cfg, self.eval_scan_len)
 
     # ---- host API -------------------------------------------------------------------
-    def num_train_steps(self, clients) -> np.ndarray:
-        return self.train_cfg.num_steps(self.counts[np.asarray(clients)])
+    def sample_counts(self, clients, times=None) -> np.ndarray:
+        """Samples each client holds (with streams: usable at ``times[i]``, seconds)."""
+        clients = np.asarray(clients)
+        if self.streams is None:
+            return self.counts[clients]
+        if times is None:
+            raise ValueError("client streams: a task's data depends on its start time; pass times")
+        return self.streams.counts(clients, times)
 
-    def num_eval_batches(self, clients) -> np.ndarray:
-        return self.eval_cfg.num_batches(self.counts[np.asarray(clients)])
+    def num_train_steps(self, clients, times=None) -> np.ndarray:
+        return self.train_cfg.num_steps(self.sample_counts(clients, times))
 
-    def train(self, stacked_params: Params, slots, clients, task_ids) -> CohortTrainOutput:
-        """Trains tasks (client ``clients[i]`` from store slot ``slots[i]``, key from ``task_ids[i]``)."""
-        slots, clients, task_ids = self._check(slots, clients, task_ids)
-        steps = self.num_train_steps(clients)
+    def num_eval_batches(self, clients, times=None) -> np.ndarray:
+        return self.eval_cfg.num_batches(self.sample_counts(clients, times))
+
+    def train(self, stacked_params: Params, slots, clients, task_ids, times=None) -> CohortTrainOutput:
+        """Trains tasks (client ``clients[i]`` from store slot ``slots[i]``, key from ``task_ids[i]``;
+        with client streams, on the data it holds at ``times[i]``)."""
+        slots, clients, task_ids, times = self._check(slots, clients, task_ids, times)
+        steps = self.num_train_steps(clients, times)
         if self.backend == "debug":
-            return self._train_debug(stacked_params, slots, clients, task_ids, steps)
+            return self._train_debug(stacked_params, slots, clients, task_ids, steps, times)
         parts, order = [], []
         for b in self._buckets(steps):
-            args, rows = self._task_args(b, slots, clients, task_ids, steps)
+            args, rows = self._task_args(b, slots, clients, task_ids, times, steps)
             out = self._timed("train", b, args[-1], lambda: self._call(
                 self._train_jit, stacked_params, args, self.train_scan_len))
             parts.append((out, rows))
             order.append(b.indices)
         return _assemble_train(parts, np.concatenate(order))
 
-    def evaluate(self, stacked_params: Params, slots, clients, task_ids) -> CohortEvalOutput:
+    def evaluate(self, stacked_params: Params, slots, clients, task_ids, times=None) -> CohortEvalOutput:
         """Forward-pass eval tasks over each client's data (cheap utility refresh)."""
-        slots, clients, task_ids = self._check(slots, clients, task_ids)
-        batches = self.num_eval_batches(clients)
+        slots, clients, task_ids, times = self._check(slots, clients, task_ids, times)
+        batches = self.num_eval_batches(clients, times)
         if self.backend == "debug":
-            return self._eval_debug(stacked_params, slots, clients, task_ids, batches)
+            return self._eval_debug(stacked_params, slots, clients, task_ids, batches, times)
         stats_parts, correct_parts, order = [], [], []
         for b in self._buckets(batches):
-            args, rows = self._task_args(b, slots, clients, task_ids, batches)
+            args, rows = self._task_args(b, slots, clients, task_ids, times, batches)
             out: EvalResult = self._timed("eval", b, args[-1], lambda: self._call(
                 self._eval_jit, stacked_params, args, self.eval_scan_len))
             host = jax.device_get(out)
@@ -205,7 +221,7 @@ class CohortEngine:
         return out
 
     # ---- internals ------------------------------------------------------------------
-    def _check(self, slots, clients, task_ids):
+    def _check(self, slots, clients, task_ids, times=None):
         slots = np.asarray(slots, np.int32).reshape(-1)
         clients = np.asarray(clients, np.int32).reshape(-1)
         task_ids = np.asarray(task_ids, np.int32).reshape(-1)
@@ -213,16 +229,23 @@ class CohortEngine:
             raise ValueError(f"slots/clients/task_ids lengths differ: {len(slots)}, {len(clients)}, {len(task_ids)}")
         if len(clients) and (clients.min() < 0 or clients.max() >= len(self.counts)):
             raise ValueError(f"client ids must lie in [0, {len(self.counts)})")
-        return slots, clients, task_ids
+        if times is None:
+            if self.streams is not None:
+                raise ValueError("client streams: a task's data depends on its start time; pass times")
+            times = np.zeros(len(clients), np.float32)  # static data: time plays no part
+        times = np.asarray(times, np.float32).reshape(-1)
+        if len(times) != len(clients):
+            raise ValueError(f"times has {len(times)} entries for {len(clients)} tasks")
+        return slots, clients, task_ids, times
 
     def _buckets(self, lengths: np.ndarray):
         return plan_buckets(lengths, self.max_tasks_per_call, min_tasks=self.min_tasks_per_call, chunk=self._chunk,
                             devices=self.num_devices)
 
-    def _task_args(self, bucket, slots, clients, task_ids, lengths):
+    def _task_args(self, bucket, slots, clients, task_ids, times, lengths):
         """The bucket's padded task arrays (host numpy, in device order) and each real task's row."""
         args = _pad_task_args(bucket.num_tasks, slots[bucket.indices], clients[bucket.indices],
-                              task_ids[bucket.indices], lengths[bucket.indices])
+                              task_ids[bucket.indices], times[bucket.indices], lengths[bucket.indices])
         layout = task_layout(bucket.num_tasks, self.num_devices)
         rows = np.argsort(layout, kind="stable")[:len(bucket.indices)]
         return tuple(a[layout] for a in args), rows
@@ -236,11 +259,11 @@ class CohortEngine:
         return local_copy(out, self._home)
 
     def _sharded(self, init, step, final, cfg, scan_len):
-        def run(stacked, data, slots, clients, task_ids, lengths):
-            return _run_cohort(init, step, final, self.model, cfg, stacked, data, slots, clients, task_ids, lengths,
-                               self.base_key, scan_len=scan_len, plan=self.plan)
+        def run(stacked, data, slots, clients, task_ids, times, lengths):
+            return _run_cohort(init, step, final, self.model, cfg, stacked, data, slots, clients, task_ids, times,
+                               lengths, self.base_key, scan_len=scan_len, plan=self.plan)
 
-        return sharded_cohort(run, self._mesh, num_task_args=4)
+        return sharded_cohort(run, self._mesh, num_task_args=5)
 
     def _timed(self, kind, bucket, lengths, call):
         """Runs ``call`` and records it; ``lengths`` are the bucket's padded lengths in device order."""
@@ -259,13 +282,13 @@ class CohortEngine:
     def _task_params(self, stacked, slot):
         return jax.tree_util.tree_map(lambda s: s[int(slot)], stacked)
 
-    def _train_debug(self, stacked, slots, clients, task_ids, steps) -> CohortTrainOutput:
+    def _train_debug(self, stacked, slots, clients, task_ids, steps, times) -> CohortTrainOutput:
         results = []
         with jax.disable_jit():
-            for slot, c, tid, n in zip(slots, clients, task_ids, steps):
+            for slot, c, tid, n, t in zip(slots, clients, task_ids, steps, times):
                 key = jax.random.fold_in(self.base_key, int(tid))
                 results.append(local_train(self.model, self.train_cfg, int(n), self._task_params(stacked, slot),
-                                           self.data, jnp.int32(c), key, jnp.int32(n)))
+                                           self.data, jnp.int32(c), key, jnp.int32(n), jnp.float32(t)))
         stacked_out = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *results)
         host = jax.device_get((stacked_out.first_batch, stacked_out.all_steps, stacked_out.num_steps))
         idx = np.arange(len(results))
@@ -273,25 +296,26 @@ class CohortEngine:
                                  _stats_to_host(host[0], idx), _stats_to_host(host[1], idx),
                                  np.asarray(host[2], np.int32))
 
-    def _eval_debug(self, stacked, slots, clients, task_ids, batches) -> CohortEvalOutput:
+    def _eval_debug(self, stacked, slots, clients, task_ids, batches, times) -> CohortEvalOutput:
         results = []
         with jax.disable_jit():
-            for slot, c, tid, n in zip(slots, clients, task_ids, batches):
+            for slot, c, tid, n, t in zip(slots, clients, task_ids, batches, times):
                 key = jax.random.fold_in(self.base_key, int(tid))
                 results.append(local_eval(self.model, self.eval_cfg, int(n), self._task_params(stacked, slot),
-                                          self.data, jnp.int32(c), key, jnp.int32(n)))
+                                          self.data, jnp.int32(c), key, jnp.int32(n), jnp.float32(t)))
         host = jax.device_get(jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *results))
         return CohortEvalOutput(LossStats(*(np.asarray(v) for v in host.stats)), np.asarray(host.correct))
 
 
-def _pad_task_args(size: int, slots, clients, task_ids, lengths):
+def _pad_task_args(size: int, slots, clients, task_ids, times, lengths):
     """Pads task arrays to ``size``; padded tasks run zero steps (and are sliced off)."""
     pad = size - len(clients)
 
     def padded(a, fill):
         return np.concatenate([a, np.full(pad, fill, a.dtype)])
 
-    return (padded(slots, slots[0]), padded(clients, clients[0]), padded(task_ids, 0), padded(lengths, 0))
+    return (padded(slots, slots[0]), padded(clients, clients[0]), padded(task_ids, 0), padded(times, times[0]),
+            padded(lengths, 0))
 
 
 def _assemble_train(parts, order) -> CohortTrainOutput:
@@ -310,13 +334,13 @@ def _assemble_train(parts, order) -> CohortTrainOutput:
     return CohortTrainOutput(tuple(out.delta for out, _ in parts), part_of, rows, cat(0), cat(1), num_steps)
 
 
-def _run_cohort(init, step, final, model, cfg, stacked, data, slots, clients, task_ids, lengths, base_key, *,
+def _run_cohort(init, step, final, model, cfg, stacked, data, slots, clients, task_ids, times, lengths, base_key, *,
                 scan_len, plan):
     """One compiled call: per task, gather its start parameters and key, then init/scan(step)/final."""
-    def init_task(slot, client, tid):
+    def init_task(slot, client, tid, t):
         params = jax.tree_util.tree_map(lambda s: s[slot], stacked)
-        return init(model, cfg, params, data, client, jax.random.fold_in(base_key, tid))
+        return init(model, cfg, params, data, client, jax.random.fold_in(base_key, tid), t)
 
     return cohort_scan(init_task, lambda ctx, c, s, n: step(model, cfg, data, ctx, c, s, n),
-                       lambda ctx, c, n: final(ctx, c, n, scan_len), plan, (slots, clients, task_ids), lengths,
+                       lambda ctx, c, n: final(ctx, c, n, scan_len), plan, (slots, clients, task_ids, times), lengths,
                        scan_len)

@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ..data.federated import HeldOutSet
 from ..models.base import Model, Params
@@ -74,3 +75,46 @@ def evaluate_many(model: Model, versions: list[Params], test: HeldOutSet, chunk:
     padded = tuple(versions) + (versions[-1],) * (size - len(versions))
     results = jax.device_get(_eval_versions(model, padded, test, min(chunk, n)))[:len(versions)]
     return [HeldOutMetrics(float(c) / n, float(s) / n) for c, s in results]
+
+
+@partial(jax.jit, static_argnums=(0, 3, 4))
+def _eval_by_class(model: Model, params: Params, test: HeldOutSet, chunk: int, num_classes: int):
+    n = test.y.shape[0]
+    num_chunks = -(-n // chunk)
+    idx = jnp.arange(num_chunks * chunk).reshape(num_chunks, chunk)
+
+    def body(carry, rows):
+        correct, loss_sum = carry
+        valid = rows < n
+        rows = jnp.minimum(rows, n - 1)
+        y = test.y[rows]
+        losses, logits = model.loss(params, test.inputs(rows), y)
+        hit = ((logits.argmax(-1) == y) & valid).astype(jnp.float32)
+        cls = jnp.where(valid, y, num_classes)  # padding lands in a dropped extra class
+        return (correct + jax.ops.segment_sum(hit, cls, num_classes + 1)[:num_classes],
+                loss_sum + jax.ops.segment_sum(jnp.where(valid, losses, 0.0).astype(jnp.float32), cls,
+                                               num_classes + 1)[:num_classes]), None
+
+    zeros = jnp.zeros((num_classes,), jnp.float32)
+    (correct, loss_sum), _ = jax.lax.scan(body, (zeros, zeros), idx)
+    return correct, loss_sum
+
+
+def evaluate_weighted(model: Model, params: Params, test: HeldOutSet, class_weights, chunk: int = 1000
+                      ) -> HeldOutMetrics:
+    """Accuracy and loss on the test set re-weighted to a class mix (``class_weights``, summing to
+    1): sum_k w_k * (metric over the test samples of class k). Classes absent from the test set
+    are dropped and the rest renormalised. The live-distribution test of client streams."""
+    n = int(test.y.shape[0])
+    if n == 0:
+        raise ValueError("empty test set")
+    w = np.asarray(class_weights, np.float64)
+    counts = np.bincount(np.asarray(jax.device_get(test.y)), minlength=len(w))[:len(w)].astype(np.float64)
+    correct, loss_sum = (np.asarray(a, np.float64) for a in
+                         jax.device_get(_eval_by_class(model, params, test, min(chunk, n), len(w))))
+    present = counts > 0
+    if not (w[present] > 0).any():
+        raise ValueError("the class mix puts no weight on any class of the test set")
+    w = np.where(present, w, 0.0) / w[present].sum()
+    safe = np.maximum(counts, 1.0)
+    return HeldOutMetrics(float((w * correct / safe).sum()), float((w * loss_sum / safe).sum()))

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 
 from ..data.augment import random_crop_flip
 from ..data.federated import FederatedData, normalize
+from ..data.streams import stream_view
 from ..models.base import Model, Params
 from .config import LocalEvalConfig, LocalTrainConfig
 from .stats import LossStats
@@ -63,12 +64,22 @@ def _masked_mean(values: jax.Array, mask: jax.Array) -> jax.Array:
 
 
 def _client_batch(data: FederatedData, row: jax.Array, positions: jax.Array, key: jax.Array | None,
-                  augment: bool) -> tuple[jax.Array, jax.Array]:
+                  augment: bool, labels: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
     idx = row[positions]
     raw = data.x[idx]
     if augment:
         raw = random_crop_flip(key, raw)
-    return normalize(raw, data.input_scale, data.input_mean, data.input_std), data.y[idx]
+    y = data.y[idx] if labels is None else labels[positions]  # streams: proxy labels until the true ones arrive
+    return normalize(raw, data.input_scale, data.input_mean, data.input_std), y
+
+
+def client_data(data: FederatedData, client: jax.Array, t_s: jax.Array) -> tuple[jax.Array, jax.Array,
+                                                                                 jax.Array | None]:
+    """A client's index row, sample count and (streams only) per-position labels at time ``t_s``."""
+    if data.streams is None:  # static data: time plays no part
+        return data.index_table[client], data.counts[client], None
+    row = data.index_table[client]
+    return stream_view(data.streams, client, t_s, row, data.y[row])
 
 
 class TrainContext(NamedTuple):
@@ -80,6 +91,7 @@ class TrainContext(NamedTuple):
     steps_per_epoch: jax.Array  # ()
     k_order: jax.Array  # batch-order key
     k_augment: jax.Array  # augmentation key
+    labels: jax.Array | None  # streams: the label at each row position (else None: the data set's)
 
 
 class TrainCarry(NamedTuple):
@@ -90,7 +102,7 @@ class TrainCarry(NamedTuple):
 
 
 def train_init(model: Model, cfg: LocalTrainConfig, params: Params, data: FederatedData, client: jax.Array,
-               key: jax.Array) -> tuple[TrainContext, TrainCarry]:
+               key: jax.Array, t_s: jax.Array | None = None) -> tuple[TrainContext, TrainCarry]:
     """Task setup: the client's row, its keys, and the optimizer state.
 
     With augmentation on, the first-batch utility statistics come from a forward
@@ -98,15 +110,16 @@ def train_init(model: Model, cfg: LocalTrainConfig, params: Params, data: Federa
     exactly as an eval task does (an augmented batch has a higher loss, which
     would rank clients refreshed by eval tasks below those that just trained).
     Without augmentation the first step's own losses are those statistics.
+    With client streams the task trains on what its client holds at ``t_s`` (its start).
     """
-    count = data.counts[client]
+    row, count, labels = client_data(data, client, t_s)
     k_order, k_augment = jax.random.split(key)
-    ctx = TrainContext(params, data.index_table[client], count, cfg.steps_per_epoch(count), k_order, k_augment)
+    ctx = TrainContext(params, row, count, cfg.steps_per_epoch(count), k_order, k_augment, labels)
     first = LossStats.zeros()
     if cfg.augment:
         width = data.index_table.shape[1]
         positions, valid = batch_positions(k_order, jnp.int32(0), count, ctx.steps_per_epoch, cfg.batch_size, width)
-        x, y = _client_batch(data, ctx.row, positions, None, False)
+        x, y = _client_batch(data, ctx.row, positions, None, False, ctx.labels)
         losses, _ = model.loss(params, x, y)
         first = LossStats.of(losses, valid)
     return ctx, TrainCarry(params, cfg.optimizer().init(params), LossStats.zeros(), first)
@@ -119,7 +132,7 @@ def train_step(model: Model, cfg: LocalTrainConfig, data: FederatedData, ctx: Tr
     width = data.index_table.shape[1]
     positions, valid = batch_positions(ctx.k_order, s, ctx.count, ctx.steps_per_epoch, cfg.batch_size, width)
     step_key = jax.random.fold_in(ctx.k_augment, s)  # augmentation; fold_in(step_key, 1): the model's dropout
-    x, y = _client_batch(data, ctx.row, positions, step_key, cfg.augment)
+    x, y = _client_batch(data, ctx.row, positions, step_key, cfg.augment, ctx.labels)
 
     def loss_fn(p):
         if model.train_loss is None:
@@ -147,13 +160,13 @@ def train_final(ctx: TrainContext, carry: TrainCarry, num_steps: jax.Array, max_
 
 
 def local_train(model: Model, cfg: LocalTrainConfig, max_steps: int, params: Params, data: FederatedData,
-                client: jax.Array, key: jax.Array, num_steps: jax.Array) -> TrainResult:
+                client: jax.Array, key: jax.Array, num_steps: jax.Array, t_s: jax.Array | None = None) -> TrainResult:
     """Trains one client from ``params`` for ``num_steps`` (<= ``max_steps``) SGD steps.
 
     The reference composition of ``train_init`` / ``train_step`` / ``train_final``;
     the cohort engine runs the same three pieces with the step scan outside vmap.
     """
-    ctx, carry = train_init(model, cfg, params, data, client, key)
+    ctx, carry = train_init(model, cfg, params, data, client, key, t_s)
     carry, _ = jax.lax.scan(lambda c, s: (train_step(model, cfg, data, ctx, c, s, num_steps), None), carry,
                             jnp.arange(max_steps))
     return train_final(ctx, carry, num_steps, max_steps)
@@ -164,6 +177,7 @@ class EvalContext(NamedTuple):
     row: jax.Array
     count: jax.Array
     perm: jax.Array  # (max_count,) shuffled positions
+    labels: jax.Array | None  # streams: per-position labels (see TrainContext)
 
 
 class EvalCarry(NamedTuple):
@@ -172,12 +186,11 @@ class EvalCarry(NamedTuple):
 
 
 def eval_init(model: Model, cfg: LocalEvalConfig, params: Params, data: FederatedData, client: jax.Array,
-              key: jax.Array) -> tuple[EvalContext, EvalCarry]:
+              key: jax.Array, t_s: jax.Array | None = None) -> tuple[EvalContext, EvalCarry]:
     del model, cfg
-    count = data.counts[client]
+    row, count, labels = client_data(data, client, t_s)
     perm = _epoch_permutation(key, count, data.index_table.shape[1])
-    return EvalContext(params, data.index_table[client], count, perm), EvalCarry(LossStats.zeros(),
-                                                                                jnp.zeros((), jnp.float32))
+    return EvalContext(params, row, count, perm, labels), EvalCarry(LossStats.zeros(), jnp.zeros((), jnp.float32))
 
 
 def eval_step(model: Model, cfg: LocalEvalConfig, data: FederatedData, ctx: EvalContext, carry: EvalCarry,
@@ -185,7 +198,7 @@ def eval_step(model: Model, cfg: LocalEvalConfig, data: FederatedData, ctx: Eval
     width = data.index_table.shape[1]
     pos = b * cfg.batch_size + jnp.arange(cfg.batch_size)
     valid = (pos < ctx.count) & (b < num_batches)
-    x, y = _client_batch(data, ctx.row, ctx.perm[jnp.minimum(pos, width - 1)], None, False)
+    x, y = _client_batch(data, ctx.row, ctx.perm[jnp.minimum(pos, width - 1)], None, False, ctx.labels)
     losses, logits = model.loss(ctx.params, x, y)
     hit = ((logits.argmax(-1) == y) & valid).astype(jnp.float32).sum()
     return EvalCarry(carry.stats + LossStats.of(losses, valid), carry.correct + hit)
@@ -197,9 +210,9 @@ def eval_final(ctx: EvalContext, carry: EvalCarry, num_batches: jax.Array, max_b
 
 
 def local_eval(model: Model, cfg: LocalEvalConfig, max_batches: int, params: Params, data: FederatedData,
-               client: jax.Array, key: jax.Array, num_batches: jax.Array) -> EvalResult:
+               client: jax.Array, key: jax.Array, num_batches: jax.Array, t_s: jax.Array | None = None) -> EvalResult:
     """Forward-pass loss statistics over ``num_batches`` shuffled batches of the client's data."""
-    ctx, carry = eval_init(model, cfg, params, data, client, key)
+    ctx, carry = eval_init(model, cfg, params, data, client, key, t_s)
     carry, _ = jax.lax.scan(lambda c, b: (eval_step(model, cfg, data, ctx, c, b, num_batches), None), carry,
                             jnp.arange(max_batches))
     return eval_final(ctx, carry, num_batches, max_batches)

@@ -15,6 +15,7 @@ import numpy as np
 
 from .dataset import ArrayDataset
 from .partition import Partition
+from .streams import DeviceStreams
 
 
 @flax.struct.dataclass
@@ -28,6 +29,9 @@ class FederatedData:
     input_scale: jax.Array  # () float32
     input_mean: jax.Array  # (C,) or (1,) float32, broadcast over the last input axis
     input_std: jax.Array  # (C,) or (1,) float32
+    # client streams (data/streams.py): index_table rows are then arrivals in time order, and a task
+    # trains on the part of its row usable at its start time; None: static client data
+    streams: DeviceStreams | None = None
 
     @property
     def num_clients(self) -> int:

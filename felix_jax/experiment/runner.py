@@ -18,7 +18,8 @@ import numpy as np
 from ..cohort import CohortEngine, LocalEvalConfig, LocalTrainConfig
 from ..data.federated import held_out_to_device, to_device
 from ..data.loaders import load_dataset
-from ..data.partition import (dirichlet_partition, dirichlet_sized_partition, iid_partition, partition_by_key,
+from ..data.streams import build_streams, streams_to_device
+from ..data.partition import (Partition, dirichlet_partition, dirichlet_sized_partition, iid_partition, partition_by_key,
                               pool_partition, scale_counts)
 from ..traces import REFERENCE_TRACE_NAMES, load_reference_clients
 from ..fleet.config import FleetConfig, StopRule
@@ -54,7 +55,7 @@ def build_simulator(sc: Scenario, on_checkpoint=None) -> FleetSimulator:
             raise OptionError(f"{field}={wanted}: data set {sc.dataset!r} has only {have} {kind} samples")
     if sc.num_train is not None or sc.num_test is not None:
         ds = ds.subset(sc.num_train, sc.num_test)
-    seeds = np.random.SeedSequence(sc.seed).spawn(4)  # partition, trace, profile, model init
+    seeds = np.random.SeedSequence(sc.seed).spawn(5)  # partition, trace, profile, model init, streams
     part_seed = int(seeds[0].generate_state(1)[0])
     if sc.partition == "dirichlet":
         part = dirichlet_partition(ds.train_y, sc.num_clients, sc.alpha, seed=part_seed)
@@ -78,8 +79,16 @@ def build_simulator(sc: Scenario, on_checkpoint=None) -> FleetSimulator:
     train_cfg = LocalTrainConfig(batch_size=sc.batch_size, learning_rate=sc.learning_rate, mode=sc.local_mode,
                                  local_epochs=sc.local_epochs, local_steps=sc.local_steps, augment=sc.augment)
     eval_cfg = LocalEvalConfig(batch_size=sc.batch_size, max_batches=sc.eval_max_batches)
-    engine = CohortEngine(model, to_device(ds, part), train_cfg, eval_cfg, seed=sc.seed, plan=sc.plan,
-                          devices=sc.devices)
+    streams = None
+    stream_cfg = sc.resolve_stream()
+    data = to_device(ds, part)
+    if not stream_cfg.is_static:  # client data streams over the run's horizon (data/streams.py)
+        streams = build_streams(part, ds.train_y, ds.num_classes, stream_cfg, sc.max_virtual_hours * 3600,
+                                seed=seeds[4])
+        data = to_device(ds, Partition(streams.index_table, part.counts, part.num_samples, part.method + "+stream"))
+        data = data.replace(streams=streams_to_device(streams))
+    engine = CohortEngine(model, data, train_cfg, eval_cfg, seed=sc.seed, plan=sc.plan, devices=sc.devices,
+                          streams=streams)
     trace = make_trace(sc.availability, sc.num_clients, int(seeds[1].generate_state(1)[0]), sc.slot_s,
                        sc.max_virtual_hours * 3600)
     profile = make_profile(sc.device_profile, sc.num_clients, int(seeds[2].generate_state(1)[0]))
@@ -91,7 +100,7 @@ def build_simulator(sc: Scenario, on_checkpoint=None) -> FleetSimulator:
     aggregator = make_aggregator(strategy.aggregator, resolved.aggregator)
     stop = StopRule(target_accuracy=sc.target_accuracy, max_virtual_s=sc.max_virtual_hours * 3600,
                     max_aggregations=sc.max_aggregations, eval_every=sc.eval_every,
-                    eval_batch=sc.eval_batch)
+                    eval_batch=sc.eval_batch, stop_at_target=sc.stop_at_target)
     init = model.init(jax.random.key(int(seeds[3].generate_state(1)[0])))
     eval_selector = make_selector(strategy.eval_selector, resolved.eval_selector) if strategy.eval_selector else None
     return FleetSimulator(
@@ -100,7 +109,8 @@ def build_simulator(sc: Scenario, on_checkpoint=None) -> FleetSimulator:
         mode=SyncMode() if strategy.mode == "sync" else AsyncMode(), stop=stop, seed=sc.seed,
         eval_selector=eval_selector, update_guard=sc.resolve_update_guard(),
         eval_budget=resolved.eval_selector.budget(sc.aggregation_goal) if eval_selector else 0,
-        on_checkpoint=on_checkpoint)
+        on_checkpoint=on_checkpoint,
+        live_mix=streams.schedule.population_mix if streams is not None and stream_cfg.live_eval else None)
 
 
 def _check_fleet(sc: Scenario, mode: str) -> None:

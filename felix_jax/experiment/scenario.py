@@ -22,6 +22,7 @@ from pathlib import Path
 from ..options import OptionError, parse_value
 
 POLICY_FIELDS = ("selector", "eval_selector", "aggregator", "update_guard")
+OPTION_FIELDS = POLICY_FIELDS + ("stream",)  # dict fields that dotted keys reach
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +78,11 @@ class Scenario:
     # applied in order, a target found late rolls the record back; bit for bit on CPU, tested; on a GPU
     # benchmarks/eval_batching.py checks it)
     eval_batch: int = 1
+    # False: a run goes on after reaching the target (time-to-target is still the first time it is
+    # reached): for drifting streams, where accuracy falls and recovers after each shift
+    stop_at_target: bool = True
+    # client data streams (felix_jax/data/streams.py: arrivals, drift, delayed labels); {}: static data
+    stream: dict = dataclasses.field(default_factory=dict)
     seed: int = 0
     plan: str | None = None  # cohort execution plan; None picks per backend
     devices: int | None = None  # devices the cohort is sharded over; None: all that jax sees, 1: one device
@@ -96,6 +102,17 @@ class Scenario:
         if self.model not in MODELS:
             raise OptionError(f"model={self.model!r}: unknown model; known: {', '.join(MODELS)}")
         self.resolve_update_guard()
+        self.resolve_stream()
+
+    def resolve_stream(self):
+        """The :class:`~felix_jax.data.streams.StreamConfig` for this scenario (static data: all defaults)."""
+        from ..data.streams import StreamConfig, StreamError
+        from ..options import OptionSpec
+
+        try:
+            return OptionSpec(StreamConfig).build("stream", self.stream)
+        except StreamError as e:
+            raise OptionError(str(e)) from None
 
     def resolve_update_guard(self):
         """The :class:`~felix_jax.fleet.update_guard.UpdateGuardConfig` for this scenario."""
@@ -122,14 +139,14 @@ class Scenario:
         parsed: dict[str, typing.Any] = {}
         for key, value in overrides.items():
             head, dot, option = key.partition(".")
-            if dot and head in POLICY_FIELDS and option:
+            if dot and head in OPTION_FIELDS and option:
                 merged = parsed.setdefault(head, dict(getattr(self, head)))
                 merged[option] = value
                 continue
             if key not in fields:
                 raise OptionError(f"{key}: unknown scenario field; fields: {', '.join(sorted(fields))} "
-                                  f"(and {', '.join(f + '.OPTION' for f in POLICY_FIELDS)})")
-            if key in POLICY_FIELDS:
+                                  f"(and {', '.join(f + '.OPTION' for f in OPTION_FIELDS)})")
+            if key in OPTION_FIELDS:
                 if not isinstance(value, dict):
                     raise OptionError(f"{key}={value!r}: expected an object of options, e.g. {{\"variant\": ...}}")
                 parsed[key] = dict(value)

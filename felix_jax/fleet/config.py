@@ -63,6 +63,7 @@ class StopRule:
     # record back to that checkpoint, so every reported result is that of eval_batch=1 (the work done
     # past it, host seconds and events, is not rolled back).
     eval_batch: int = 1
+    stop_at_target: bool = True  # False: record the first time the target is reached and go on
 
     def __post_init__(self):
         if self.eval_every < 1 or self.eval_batch < 1:

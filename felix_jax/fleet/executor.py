@@ -23,6 +23,7 @@ class _Pending:
     client: int
     version: int
     kind: str  # "train" | "eval"
+    time_s: float = 0.0  # dispatch time: with client streams, the task uses the data held then
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,10 +59,10 @@ class LazyExecutor:
         self.current_version = version
         self._release_unused()
 
-    def submit(self, task_id: int, client: int, version: int, kind: str) -> None:
+    def submit(self, task_id: int, client: int, version: int, kind: str, time_s: float = 0.0) -> None:
         if version not in self.store:
             raise KeyError(f"task {task_id}: model version {version} is not in the store")
-        self._pending[task_id] = _Pending(task_id, client, version, kind)
+        self._pending[task_id] = _Pending(task_id, client, version, kind, time_s)
 
     def result(self, task_id: int) -> TrainOutcome | EvalOutcome:
         """The task's result, flushing every pending task first if needed (then forgets it)."""
@@ -122,9 +123,10 @@ class LazyExecutor:
                 continue
             ids = np.array([p.task_id for p in tasks])
             clients = np.array([p.client for p in tasks])
+            times = np.array([p.time_s for p in tasks], np.float64)
             slots = np.array(self.store.slots([p.version for p in tasks]))
             if kind == "train":
-                out = self.engine.train(self.store.stacked, slots, clients, ids)
+                out = self.engine.train(self.store.stacked, slots, clients, ids, times)
                 task_slot = np.zeros(len(ids), np.int64)
                 for p, part in enumerate(out.parts):
                     mine = np.flatnonzero(out.part_of == p)
@@ -134,7 +136,7 @@ class LazyExecutor:
                         int(task_slot[i]), LossStats(*(float(v[i]) for v in out.first_batch)),
                         LossStats(*(float(v[i]) for v in out.all_steps)), int(out.num_steps[i]))
             else:
-                out = self.engine.evaluate(self.store.stacked, slots, clients, ids)
+                out = self.engine.evaluate(self.store.stacked, slots, clients, ids, times)
                 for i, tid in enumerate(ids):
                     self._done[int(tid)] = EvalOutcome(LossStats(*(float(v[i]) for v in out.stats)),
                                                        float(out.correct[i]))

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..cohort import CohortEngine, VersionStore, evaluate, evaluate_many, statistical_utility
+from ..cohort import CohortEngine, VersionStore, evaluate, evaluate_many, evaluate_weighted, statistical_utility
 from ..data.federated import HeldOutSet
 from ..models.base import Model, Params
 from ..policies.aggregators.base import Aggregator, BufferInfo
@@ -111,7 +111,8 @@ class FleetSimulator:
                  aggregator: Aggregator, mode: Any, stop: StopRule, seed: int = 0,
                  eval_selector: Selector | None = None, eval_budget: int = 0,
                  on_checkpoint: Callable[[Checkpoint], None] | None = None,
-                 update_guard: UpdateGuardConfig = UpdateGuardConfig(), snapshot: SnapshotPolicy | None = None):
+                 update_guard: UpdateGuardConfig = UpdateGuardConfig(), snapshot: SnapshotPolicy | None = None,
+                 live_mix: Callable[[float], np.ndarray] | None = None):
         if trace.num_clients < engine.data.num_clients:
             raise ValueError(f"trace has {trace.num_clients} clients but the data has {engine.data.num_clients}")
         self.model, self.engine, self.trace, self.profile = model, engine, trace, profile
@@ -122,11 +123,14 @@ class FleetSimulator:
         self.update_guard = update_guard
         self.seed = seed
         self.snapshot = snapshot
+        # client streams: the population's class mix at a time; test checkpoints are then weighted to it
+        self.live_mix = live_mix
         self._guard_norms = np.zeros(0, np.float64)  # norms of recently accepted updates, oldest first
         self._guard_empty_buffers = 0  # buffers in a row without an accepted update
         counts = engine.counts
         # training samples a task processes, per client (for the compute time model)
-        steps = engine.num_train_steps(np.arange(len(counts)))
+        t0 = np.zeros(len(counts))  # client streams: the data held at the start (static data: always)
+        steps = engine.num_train_steps(np.arange(len(counts)), t0)
         self._train_samples = steps * np.minimum(engine.train_cfg.batch_size, counts)
         # a client registers with its profile's training-task duration (Oort's system metric before it is explored)
         self.view = ClientMap.create(counts, profile.train_duration_s(np.arange(len(counts)), model.bytes_on_wire,
@@ -165,7 +169,7 @@ class FleetSimulator:
         self._stop_requested: str | None = None  # request_stop(): the stop reason, taken between events
         self._snapshot_version = 0  # model version at the last snapshot (or restore)
         self._snapshot_clock = 0.0  # host perf_counter at the last snapshot (or at run() start)
-        self._eval_samples = np.minimum(counts, engine.num_eval_batches(np.arange(len(counts)))
+        self._eval_samples = np.minimum(counts, engine.num_eval_batches(np.arange(len(counts)), t0)
                                         * engine.train_cfg.batch_size)
 
     # ------------------------------------------------------------------ public
@@ -295,13 +299,24 @@ class FleetSimulator:
             self._dispatch(int(c), kind)
         return len(clients)
 
+    def _task_samples(self, clients: np.ndarray, kind: str) -> np.ndarray:
+        """Samples a task on ``clients`` processes (for its compute time); with client streams, those
+        the client holds now (a task trains on the data of its dispatch time)."""
+        if self.engine.streams is None:
+            return (self._train_samples if kind == "train" else self._eval_samples)[clients]
+        times = np.full(len(clients), self.now)
+        counts = self.engine.sample_counts(clients, times)
+        if kind == "train":
+            return self.engine.num_train_steps(clients, times) * np.minimum(self.engine.train_cfg.batch_size, counts)
+        return np.minimum(counts, self.engine.num_eval_batches(clients, times) * self.engine.train_cfg.batch_size)
+
     def _dispatch(self, client: int, kind: str) -> None:
         tid = self._next_task_id
         self._next_task_id += 1
         mb = self.model.bytes_on_wire
         cl = np.array([client])
         if kind == "train":
-            work = float(self.profile.train_duration_s(cl, mb, self._train_samples[cl])[0])
+            work = float(self.profile.train_duration_s(cl, mb, self._task_samples(cl, "train"))[0])
             allowed = TRAIN_TIERS
             self.acct.bytes_down_train += mb
             self.acct.dispatched_train += 1
@@ -309,7 +324,7 @@ class FleetSimulator:
             self.acct.utility_age.append(int(age))
             self.view.last_selected_round[client] = self.round  # once per round counts training picks only
         else:
-            work = float(self.profile.eval_duration_s(cl, mb, self._eval_samples[cl])[0])
+            work = float(self.profile.eval_duration_s(cl, mb, self._task_samples(cl, "eval"))[0])
             allowed = EVAL_TIERS
             self.acct.bytes_down_eval += mb
             self.acct.dispatched_eval += 1
@@ -322,7 +337,7 @@ class FleetSimulator:
         if self._in_flight_n is not None:
             self._in_flight_n[kind] = self._in_flight_n.get(kind, 0) + 1
         self.view.busy[client] = True
-        self.executor.submit(tid, client, self.version, kind)
+        self.executor.submit(tid, client, self.version, kind, self.now)
         if timeline.interruptions:
             self.acct.interrupted_tasks += 1
         if math.isfinite(timeline.finish_s):
@@ -520,7 +535,10 @@ class FleetSimulator:
         pending, self._pending = self._pending, []
         if not pending:
             return
-        if self.stop.eval_batch == 1:
+        if self.live_mix is not None:  # the live distribution at each checkpoint's time
+            metrics = [evaluate_weighted(self.model, p.params, self.test, self.live_mix(p.time_s)) for p in pending]
+            self._test_eval_calls += len(pending)
+        elif self.stop.eval_batch == 1:
             metrics = [evaluate(self.model, p.params, self.test) for p in pending]
             self._test_eval_calls += len(pending)
         else:
@@ -534,6 +552,8 @@ class FleetSimulator:
                 self.on_checkpoint(cp)
             if self._time_to_target is None and self.stop.reached(self._accuracies):
                 self._time_to_target = p.time_s
+                if not self.stop.stop_at_target:
+                    continue
                 self._stop_reason = "target"
                 self.now, self.version, self.params = p.time_s, p.version, p.params
                 del self.aggregation_times[p.num_aggregation_times:]
