@@ -101,6 +101,12 @@ class StreamConfig:
         """No arrivals, no drift, no label delay: today's static client data."""
         return self.rate_per_hour == 0 and self.drift == "none" and self.label_delay_hours == 0
 
+    def shift_times_s(self) -> list[float]:
+        """The sudden shifts (seconds): a surge's start and end. Gradual and per-client drift have none."""
+        if self.drift == "surge":
+            return [3600.0 * self.start_hours, 3600.0 * (self.start_hours + self.duration_hours)]
+        return []
+
     def check_classes(self, num_classes: int) -> None:
         bad = [c for c in self.surge_classes if not 0 <= c < num_classes]
         if self.drift == "surge" and bad:

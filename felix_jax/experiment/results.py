@@ -154,6 +154,25 @@ def summarize(record: RunRecord, seed: int, batches: dict) -> dict:
     return out
 
 
+def live_metrics(checkpoints, shift_times_s: list[float], target: float | None) -> dict:
+    """Metrics of a run on drifting data: the time-mean of the test accuracy (each checkpoint's
+    accuracy holds until the next) and, per sudden shift at time s, the adaptation lag: the first
+    checkpoint at or after s whose accuracy is at the target, minus s (None: never within the run)."""
+    times = np.array([c.time_s for c in checkpoints], np.float64)
+    acc = np.array([c.accuracy for c in checkpoints], np.float64)
+    if len(times) > 1 and times[-1] > times[0]:
+        mean = float((acc[:-1] * np.diff(times)).sum() / (times[-1] - times[0]))
+    else:
+        mean = float(acc[-1]) if len(acc) else None
+    lags = []
+    for s in shift_times_s:
+        if not len(times) or s > times[-1]:
+            continue  # the run ended before this shift
+        after = np.flatnonzero((times >= s) & (acc >= target)) if target is not None else np.zeros(0, int)
+        lags.append({"shift_s": float(s), "lag_s": float(times[after[0]] - s) if len(after) else None})
+    return {"accuracy_time_mean": mean, "adaptation_lags": lags}
+
+
 def write_results(out_dir: str | Path, config: dict, record: RunRecord, summary: dict, plot: bool = True,
                   streamed: bool = False) -> Path:
     """The whole results folder; ``streamed``: config.json and metrics.csv were written as the run

@@ -29,7 +29,8 @@ from ..options import OptionError, to_json
 from ..policies import make_aggregator, make_selector
 from .registry import make_model, make_profile, make_trace
 from ..fleet.snapshot import SnapshotPolicy, save_snapshot
-from .results import SNAPSHOT_DIR, MetricsStream, prepare_out_dir, summarize, write_config, write_results
+from .results import (SNAPSHOT_DIR, MetricsStream, live_metrics, prepare_out_dir, summarize, write_config,
+                      write_results)
 from .scenario import Scenario
 
 
@@ -362,6 +363,8 @@ def run(sc: Scenario, out_dir: str | Path | None = None, progress: bool = False,
                 stream.close()
     summary = summarize(record, sc.seed, sim.engine.batch_summary())
     summary["flush_tasks_mean"] = float(np.mean(sim.executor.flush_sizes)) if sim.executor.flush_sizes else 0.0
+    if sim.engine.streams is not None:
+        summary.update(live_metrics(record.checkpoints, sim.engine.streams.cfg.shift_times_s(), sc.target_accuracy))
     if out is not None:
         write_results(out, config, record, summary, plot=plot, streamed=True)
     return RunResult(sc, record, summary, out, interrupted_by=signals.signum if record.stop_reason == "interrupted"
