@@ -206,3 +206,21 @@ def test_tasks_train_on_the_data_of_their_dispatch_time():
     assert out0.num_steps[1] < out1.num_steps[1] and out0.num_steps[0] == out1.num_steps[0]
     with pytest.raises(ValueError, match="times"):
         eng.train(store.stacked, slots, [0, 0], [7, 8])
+
+
+def test_a_new_class_surge_hides_the_class_until_its_start():
+    labels = np.array([0, 1, 2, 0, 1, 2])
+    part = Partition(np.array([[0, 1, 2], [3, 4, 5]], np.int32), np.full(2, 3, np.int32), 6)
+    cfg = StreamConfig(rate_per_hour=30, drift="surge", surge_classes=(2,), surge_new=True, start_hours=1.0,
+                       duration_hours=1.0, strength=0.5)
+    st = build_streams(part, labels, 3, cfg, 3 * H, seed=0)
+    cls = labels[st.index_table]
+    for c in range(2):
+        before, during = st.usable([c], 0.99 * H)[0], st.usable([c], 1.0 * H)[0]
+        assert (cls[c][before] != 2).all() and before.sum() >= 2  # its class-0 and class-1 samples
+        assert (cls[c][during] == 2).any()  # its own class-2 sample appears at the start
+        arr = st.arrival_s[c][np.isfinite(st.arrival_s[c])]
+        assert (np.diff(arr) >= 0).all()
+    np.testing.assert_allclose(st.schedule.mix(0.5 * H), [[0.5, 0.5, 0], [0.5, 0.5, 0]])
+    np.testing.assert_allclose(st.schedule.mix(1.5 * H), [[1 / 6, 1 / 6, 2 / 3]] * 2)
+    np.testing.assert_allclose(st.schedule.mix(2.5 * H), [[1 / 3] * 3] * 2)

@@ -62,6 +62,9 @@ class StreamConfig:
     duration_hours: float = 2.0  # surge
     surge_classes: tuple[int, ...] = (0,)  # surge
     strength: float = 0.8  # surge: share of the surging classes
+    # surge: the surging classes are new - absent from every client's data and mix before the surge
+    # (the partition's samples of them appear at its start): a model that never saw them must adapt
+    surge_new: bool = False
     alpha: float = 0.1  # per_client: Dirichlet concentration of the new mix
     label_delay_hours: float = 0.0  # mean of the exponential label delay (0: labels come with the sample)
     proxy_accuracy: float | None = None  # None: unlabelled samples are unusable; p: proxy label right w.p. p
@@ -160,9 +163,17 @@ class DriftSchedule:
         if cfg.drift == "surge":
             target = np.zeros(k)
             target[list(cfg.surge_classes)] = 1.0 / len(cfg.surge_classes)
-            on = (t >= 3600.0 * cfg.start_hours) & (t < 3600.0 * (cfg.start_hours + cfg.duration_hours))
+            start = 3600.0 * cfg.start_hours
+            on = (t >= start) & (t < 3600.0 * (cfg.start_hours + cfg.duration_hours))
             w = np.where(on, cfg.strength, 0.0)[:, None]
-            return (1 - w) * base + w * target
+            out = (1 - w) * base + w * target
+            if cfg.surge_new:  # before the surge the surging classes do not exist yet
+                before = base * (1 - target.astype(bool))
+                mass = before.sum(1, keepdims=True)
+                others = (1 - target.astype(bool)) / max((1 - target.astype(bool)).sum(), 1)
+                before = np.where(mass > 0, before / np.maximum(mass, 1e-300), others)
+                out = np.where((t < start)[:, None], before, out)
+            return out
         if cfg.drift == "per_client":
             return np.where((t >= self.switch_s[clients])[:, None], self.new_mix[clients], base)
         return base.copy()
@@ -270,7 +281,13 @@ def build_streams(partition: Partition, labels: np.ndarray, num_classes: int, cf
     if cfg.label_delay_hours > 0:
         delay = rng.exponential(3600.0 * cfg.label_delay_hours, (n, width))
     initial = np.arange(width)[None, :] < counts[:, None]
-    label = np.where(initial, 0.0, arrival + delay)  # the partition's own samples come labelled
+    if cfg.drift == "surge" and cfg.surge_new:  # the partition's samples of new classes appear at the surge
+        new_class = initial & np.isin(labels[index_table], cfg.surge_classes)
+        arrival = np.where(new_class, 3600.0 * cfg.start_hours, arrival)
+        order = np.argsort(arrival, axis=1, kind="stable")  # rows stay in arrival order
+        index_table, arrival = np.take_along_axis(index_table, order, 1), np.take_along_axis(arrival, order, 1)
+        initial = np.take_along_axis(initial, order, 1)
+    label = np.where(initial, arrival, arrival + delay)  # the partition's own samples come labelled
     # float32 seconds here as on the device, so the host's counts and the device's masks agree
     arrival, label = arrival.astype(np.float32), label.astype(np.float32)
     true_y = labels[index_table]

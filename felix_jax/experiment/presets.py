@@ -51,6 +51,32 @@ PRESETS: dict[str, Scenario] = {
                              num_clients=40, model="speech_resnet_small", batch_size=32, learning_rate=0.05,
                              concurrency=8, aggregation_goal=4, target_accuracy=0.30, eval_selector={"min_age": 10},
                              max_virtual_hours=24.0, max_aggregations=200, eval_every=2),
+    # Client streams (felix_jax/data/streams.py), a minute a run on 2 CPU cores: the tiny MLP on the
+    # embedded digits, 30 clients, availability slots compressed 10x, and a stream of one new sample
+    # per client per minute over 30 virtual minutes. The run goes on past the target (accuracy is
+    # measured on the live class mix, and falls and recovers after a shift).
+    "digits-stream": Scenario(name="digits-stream", model="mlp", learning_rate=0.1, slot_s=60.0,
+                              availability="avail50", target_accuracy=0.8, stop_at_target=False,
+                              max_virtual_hours=0.5, max_aggregations=2_000,
+                              stream={"rate_per_hour": 60.0}),
+    # ... with a "viral trend": digits 3 and 8 do not exist until minute 10, then make up 60% of
+    # every client's new data for 10 minutes (and their usual share after); labels come with the data.
+    "digits-drift": Scenario(name="digits-drift", model="mlp", learning_rate=0.1, slot_s=60.0,
+                             availability="avail50", target_accuracy=0.8, stop_at_target=False,
+                             max_virtual_hours=0.5, max_aggregations=2_000,
+                             stream={"rate_per_hour": 60.0, "drift": "surge", "surge_classes": [3, 8],
+                                     "surge_new": True, "strength": 0.6, "start_hours": 1 / 6,
+                                     "duration_hours": 1 / 6}),
+    # The same trend on CIFAR-10 (cifar10-small's 5k-image subset, 50 clients): cats and dogs are new
+    # at hour 2 and half of all new data for 2 hours; labels arrive 30 minutes after the sample.
+    "cifar10-drift": Scenario(name="cifar10-drift", dataset="cifar10", num_clients=50, alpha=0.1,
+                              num_train=5_000, num_test=500, batch_size=32, learning_rate=0.04,
+                              concurrency=10, aggregation_goal=5, target_accuracy=0.25,
+                              eval_selector={"min_age": 10}, slot_s=60.0, availability="avail50",
+                              stop_at_target=False, max_virtual_hours=6.0, max_aggregations=3_000, eval_every=2,
+                              stream={"rate_per_hour": 10.0, "drift": "surge", "surge_classes": [3, 5],
+                                      "surge_new": True, "strength": 0.5, "start_hours": 2.0,
+                                      "duration_hours": 2.0, "label_delay_hours": 0.5}),
 }
 
 
