@@ -224,3 +224,22 @@ def test_a_new_class_surge_hides_the_class_until_its_start():
     np.testing.assert_allclose(st.schedule.mix(0.5 * H), [[0.5, 0.5, 0], [0.5, 0.5, 0]])
     np.testing.assert_allclose(st.schedule.mix(1.5 * H), [[1 / 6, 1 / 6, 2 / 3]] * 2)
     np.testing.assert_allclose(st.schedule.mix(2.5 * H), [[1 / 3] * 3] * 2)
+
+
+def test_a_task_reports_when_its_labels_arrived():
+    st = hand_streams(StreamConfig())
+    # client 0 at 3 h: slots 0-4 usable; true labels by then at 0, 0, 1.5, 2.5 h; slot 4's (7 h) is a proxy
+    assert st.label_report(0, 3 * H) == pytest.approx((2.5 * H, 1 / 5))
+    assert st.label_report(0, 2.6 * H) == (2.5 * H, 0.0)  # slot 3's label came at 2.5 h
+    assert st.label_report(1, 0.5 * H) == (0.0, 0.0)  # only the initial sample, labelled at 0
+    sc = get_preset("tiny").with_overrides({"strategy": "fedbuff", "stream.rate_per_hour": "300",
+                                            "stream.label_delay_hours": "0.01", "stream.proxy_accuracy": "0.5",
+                                            "max_aggregations": "8", "target_accuracy": "none"})
+    sim = build_simulator(sc)
+    seen = []
+    weights = sim.aggregator.weights
+    sim.aggregator = sim.aggregator._replace(weights=lambda info: seen.append(info) or weights(info))
+    sim.run()
+    labels = np.concatenate([i.label_time_s for i in seen])
+    proxies = np.concatenate([i.proxy_fraction for i in seen])
+    assert (labels > 0).any() and ((proxies > 0) & (proxies < 1)).any()

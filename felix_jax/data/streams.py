@@ -225,6 +225,18 @@ class ClientStreams:
         mask &= (self.label_s[clients] <= t) | (self.proxy_y[clients] >= 0)
         return mask
 
+    def label_report(self, client: int, t_s: float) -> tuple[float, float]:
+        """What a task started at ``t_s`` on ``client`` trains on, label-wise: the time the newest
+        ground-truth label in its data arrived (0 if none), and the share of its samples that carry
+        a proxy label (their true label not there yet)."""
+        usable = self.usable([client], t_s)[0]
+        if not usable.any():
+            return 0.0, 0.0
+        label = self.label_s[client][usable]
+        truth = label <= np.float32(t_s)
+        newest = float(label[truth].max()) if truth.any() else 0.0
+        return newest, float(1.0 - truth.mean())
+
     def counts(self, clients, t_s) -> np.ndarray:
         """Usable samples per client at ``t_s``."""
         return self.usable(clients, t_s).sum(1).astype(np.int32)

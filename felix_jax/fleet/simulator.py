@@ -332,6 +332,8 @@ class FleetSimulator:
         timeline = task_timeline(self.trace, client, self.now, work, allowed, self.cfg.interruption,
                                  horizon_s=self.stop.max_virtual_s)
         task = Task(tid, client, kind, self.version, self.round, self.now, work, timeline)
+        if self.engine.streams is not None and kind == "train":
+            task.label_time_s, task.proxy_fraction = self.engine.streams.label_report(client, self.now)
         self.acct.dispatch_log.append((self.now, client, kind, self.round))
         self.tasks[tid] = task
         if self._in_flight_n is not None:
@@ -464,6 +466,8 @@ class FleetSimulator:
             utility=np.array([self.view.utility[u.task.client] for u in updates]),
             loss_mean=np.array([o.all_steps.sum / max(o.all_steps.count, 1.0) for o in outcomes]),
             delta_norms=np.asarray(norms, np.float64),
+            label_time_s=np.array([u.task.label_time_s for u in updates], np.float64),
+            proxy_fraction=np.array([u.task.proxy_fraction for u in updates], np.float64),
         )
         weights = np.zeros(len(updates), np.float64)
         if keep.any():
@@ -507,7 +511,7 @@ class FleetSimulator:
             padded = info._replace(staleness=np.where(keep, info.staleness, -1))
             info = self.aggregator.augment_info(padded, deltas)
         if not keep.all():
-            info = info._make(np.asarray(field)[keep] for field in info)
+            info = info._make(None if field is None else np.asarray(field)[keep] for field in info)
         weights = np.asarray(self.aggregator.weights(info), np.float64)
         if weights.shape != (int(keep.sum()),) or not np.all(np.isfinite(weights)) or (weights < 0).any():
             raise RuntimeError(f"aggregator {self.aggregator.name} returned bad weights {weights}")

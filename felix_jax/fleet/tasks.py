@@ -20,3 +20,7 @@ class Task:
     in_flight: bool = True  # counts toward the concurrency / round quota
     replied: bool = False
     timed_out: bool = False
+    # client streams: the newest ground-truth label in the data it trains on (s), and the share of
+    # its samples with proxy labels (static data: 0, 0)
+    label_time_s: float = 0.0
+    proxy_fraction: float = 0.0

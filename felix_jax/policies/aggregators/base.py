@@ -26,6 +26,11 @@ class BufferInfo(NamedTuple):
     utility: np.ndarray  # (K,) float: the client's statistical utility U from this task
     loss_mean: np.ndarray  # (K,) float: mean training loss of this task
     delta_norms: np.ndarray  # (K,) float: L2 norm of each delta (for clipping / REFL)
+    # client streams (data/streams.py): when the newest ground-truth label in the task's data arrived
+    # (s; 0 for static data), and the share of its samples that carried proxy labels: "late but with
+    # ground truth" against "stale". None where a caller does not provide them.
+    label_time_s: np.ndarray | None = None
+    proxy_fraction: np.ndarray | None = None
 
 
 class Aggregator(NamedTuple):

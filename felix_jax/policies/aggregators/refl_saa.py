@@ -68,10 +68,13 @@ class REFLBufferInfo(NamedTuple):
     loss_mean: np.ndarray  # (K,) float
     delta_norms: np.ndarray  # (K,) float
     relative_change: np.ndarray  # (K,) float: Lambda_i from relative_change(); ignored for fresh rows
+    label_time_s: np.ndarray | None = None  # as BufferInfo's
+    proxy_fraction: np.ndarray | None = None
 
     @classmethod
     def of(cls, info: BufferInfo, relative_change) -> "REFLBufferInfo":
-        return cls(*info, np.asarray(relative_change, dtype=np.float64))
+        return cls(info.staleness, info.num_samples, info.utility, info.loss_mean, info.delta_norms,
+                   np.asarray(relative_change, dtype=np.float64), info.label_time_s, info.proxy_fraction)
 
 
 @jax.jit
