@@ -21,23 +21,31 @@ class HeldOutMetrics(NamedTuple):
     loss: float
 
 
-def _eval_chunks_impl(model: Model, params: Params, test: HeldOutSet, chunk: int):
+def _scan_test(model: Model, params: Params, test: HeldOutSet, chunk: int, add, init):
+    """Folds ``add(carry, y, losses, hits, valid)`` over the test set in chunks of ``chunk`` rows
+    (the last chunk padded; ``valid`` masks the padding)."""
     n = test.y.shape[0]
     num_chunks = -(-n // chunk)
     idx = jnp.arange(num_chunks * chunk).reshape(num_chunks, chunk)
 
     def body(carry, rows):
-        correct, loss_sum = carry
         valid = rows < n
         rows = jnp.minimum(rows, n - 1)
-        losses, logits = model.loss(params, test.inputs(rows), test.y[rows])
-        hit = (logits.argmax(-1) == test.y[rows]) & valid
+        y = test.y[rows]
+        losses, logits = model.loss(params, test.inputs(rows), y)
+        return add(carry, y, losses, (logits.argmax(-1) == y) & valid, valid), None
+
+    return jax.lax.scan(body, init, idx)[0]
+
+
+def _eval_chunks_impl(model: Model, params: Params, test: HeldOutSet, chunk: int):
+    def add(carry, y, losses, hit, valid):
+        correct, loss_sum = carry
         # explicit dtypes: under JAX_ENABLE_X64 a bare sum is int64/float64 and the carry would change type
         return (correct + hit.sum(dtype=correct.dtype),
-                loss_sum + jnp.where(valid, losses, 0.0).sum().astype(loss_sum.dtype)), None
+                loss_sum + jnp.where(valid, losses, 0.0).sum().astype(loss_sum.dtype))
 
-    (correct, loss_sum), _ = jax.lax.scan(body, (jnp.zeros((), jnp.int32), jnp.zeros((), jnp.float32)), idx)
-    return correct, loss_sum
+    return _scan_test(model, params, test, chunk, add, (jnp.zeros((), jnp.int32), jnp.zeros((), jnp.float32)))
 
 
 _eval_chunks = jax.jit(_eval_chunks_impl, static_argnums=(0, 3))
@@ -79,25 +87,15 @@ def evaluate_many(model: Model, versions: list[Params], test: HeldOutSet, chunk:
 
 @partial(jax.jit, static_argnums=(0, 3, 4))
 def _eval_by_class(model: Model, params: Params, test: HeldOutSet, chunk: int, num_classes: int):
-    n = test.y.shape[0]
-    num_chunks = -(-n // chunk)
-    idx = jnp.arange(num_chunks * chunk).reshape(num_chunks, chunk)
-
-    def body(carry, rows):
+    def add(carry, y, losses, hit, valid):
         correct, loss_sum = carry
-        valid = rows < n
-        rows = jnp.minimum(rows, n - 1)
-        y = test.y[rows]
-        losses, logits = model.loss(params, test.inputs(rows), y)
-        hit = ((logits.argmax(-1) == y) & valid).astype(jnp.float32)
         cls = jnp.where(valid, y, num_classes)  # padding lands in a dropped extra class
-        return (correct + jax.ops.segment_sum(hit, cls, num_classes + 1)[:num_classes],
-                loss_sum + jax.ops.segment_sum(jnp.where(valid, losses, 0.0).astype(jnp.float32), cls,
-                                               num_classes + 1)[:num_classes]), None
+        per_class = lambda v: jax.ops.segment_sum(v, cls, num_classes + 1)[:num_classes]  # noqa: E731
+        return (correct + per_class(hit.astype(jnp.float32)),
+                loss_sum + per_class(jnp.where(valid, losses, 0.0).astype(jnp.float32)))
 
     zeros = jnp.zeros((num_classes,), jnp.float32)
-    (correct, loss_sum), _ = jax.lax.scan(body, (zeros, zeros), idx)
-    return correct, loss_sum
+    return _scan_test(model, params, test, chunk, add, (zeros, zeros))
 
 
 def evaluate_weighted(model: Model, params: Params, test: HeldOutSet, class_weights, chunk: int = 1000
