@@ -162,7 +162,7 @@ def test_eval_picks_do_not_count_toward_the_once_per_round_rule():
     sim = build_simulator(TINY.with_overrides({"strategy": "felix"}))
     sim._dispatch(3, "eval")
     assert sim.view.last_selected_round[3] != sim.round
-    sim.view.busy[3] = False  # its eval reply frees it
+    sim.view.set_busy(3, False)  # its eval reply frees it
     assert sim.view.trainable(sim.round, once_per_round=True)[3]
     sim._dispatch(5, "train")
     assert not sim.view.trainable(sim.round, once_per_round=True)[5]

@@ -5,6 +5,7 @@ in the comments), and the 60-round trajectory is checked against a small
 reimplementation of the rules inside this file, not against the project's code.
 """
 
+import dataclasses
 import math
 
 import numpy as np
@@ -108,10 +109,8 @@ def _ctx(view, rnd=1, seed=0, eligible=None):
 
 def _explore(view, clients, utility, rnd, durations):
     for c in clients:
-        view.utility[c] = utility
-        view.utility_round[c] = rnd
-        view.times_trained[c] += 1
-        view.duration_s[c] = durations[c]
+        view.record_utility(c, utility, rnd)
+        view.record_training(c, durations[c])
 
 
 def test_t_pref_over_registered_or_explored_clients():
@@ -228,7 +227,7 @@ def test_original_repo_fills_a_shortfall_at_random_then_stops_exploring():
     assert len(clients) == 5 and state.exploited.size == 5
     # FedScale (per the paper): exploitation takes the free slots instead
     fed = make_oort_selector(oort.OortConfig.fedscale())
-    view.utility_round[[0, 1]] = -1
+    view = dataclasses.replace(view, utility_round=np.where(np.arange(n) < 2, -1, view.utility_round))  # 0, 1 unexplored
     clients, state = fed.select(fed.init(), _ctx(view, rnd=1), 5)
     assert {0, 1} <= set(clients.tolist()) and state.exploited.size == 3
 
@@ -246,8 +245,9 @@ def test_pacer_records_exploited_trainers_only():
     a, b = (int(c) for c in picked)
     # a trains and reports 7; b has not replied yet; c, not picked, sends an eval reply with 1000
     c = next(i for i in range(n) if i not in (a, b))
-    view.utility[a], view.utility_round[a], view.times_trained[a] = 7.0, 0, view.times_trained[a] + 1
-    view.utility[c], view.utility_round[c] = 1000.0, 0
+    view.record_utility(a, 7.0, 0)
+    view.record_training(a, view.duration_s[a])
+    view.record_utility(c, 1000.0, 0)
     _, state = sel.select(state, _ctx(view, rnd=1), 2)
     assert state.pacer.history == (0.0, 7.0 / 1.0001)  # sum 7 over (1 + 1e-4) reporting exploited clients
     assert oort.pacer_input([2.0, 4.0]) == 6.0 / 2.0001

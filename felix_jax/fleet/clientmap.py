@@ -27,6 +27,14 @@ class ClientMap:
     # (N,) float64: training-task duration the client's system profile gives at registration (nan: unknown)
     registered_duration_s: np.ndarray
 
+    def __post_init__(self):
+        # the arrays the maintained sets derive from take writes through the setters only: a direct
+        # write would leave those sets stale, so it raises instead
+        for name in _GUARDED:
+            arr = np.array(getattr(self, name), copy=True)
+            arr.flags.writeable = False
+            object.__setattr__(self, name, arr)
+
     @staticmethod
     def create(num_samples: np.ndarray, registered_duration_s: np.ndarray | None = None) -> "ClientMap":
         n = len(num_samples)
@@ -47,15 +55,169 @@ class ClientMap:
     def num_clients(self) -> int:
         return len(self.tier)
 
+    # -- writes: through these, so the maintained sets below stay current ---------------------------
+    def set_tier(self, clients, tiers) -> None:
+        index = self._index()
+        _write(self.tier, clients, tiers)
+        index.update(self, clients)
+
+    def set_busy(self, client: int, busy: bool) -> None:
+        index = self._index()
+        _write(self.busy, client, busy)
+        index.update(self, client)
+
+    def mark_selected(self, client: int, current_round: int) -> None:
+        """A training pick in ``current_round`` (the once-per-round rule counts these only)."""
+        index = self._index()
+        _write(self.last_selected_round, client, current_round)
+        index.update(self, client)
+
+    def record_utility(self, client: int, utility: float, current_round: int) -> None:
+        index = self._index()
+        self.utility[client] = utility
+        _write(self.utility_round, client, current_round)
+        index.explored.add(client)
+
+    def record_training(self, client: int, duration_s: float) -> None:
+        index = self._index()
+        _write(self.times_trained, client, self.times_trained[client] + 1)
+        self.duration_s[client] = duration_s
+        index.trained.add(client)
+
+    # -- reads: maintained, O(changes) per event instead of passes over all N rows -----------------
     def trainable(self, current_round: int, once_per_round: bool) -> np.ndarray:
-        """Clients a training selector may pick now (believed AVL_TRAIN and idle)."""
-        ok = self.tier == Tier.AVL_TRAIN
-        np.greater(ok, self.busy, out=ok)  # ok & ~busy, in place (one pass fewer over N at 10^6 clients)
+        """Clients a training selector may pick now (believed AVL_TRAIN and idle): (N,) bool, read-only."""
+        index = self._index()
         if once_per_round:  # TierTrack: a client that left and returned is not picked twice a round
-            ok &= self.last_selected_round != current_round
-        return ok
+            return index.once_mask(self, current_round)
+        return index.readonly(index.train_ok)
 
     def evaluable(self) -> np.ndarray:
-        """Clients an eval selector may use (believed AVL_TRAIN or AVL_EVAL, idle)."""
-        ok = self.tier >= Tier.AVL_EVAL  # AVL_EVAL (1) or AVL_TRAIN (2): tier codes are 0, 1, 2
-        return np.greater(ok, self.busy, out=ok)
+        """Clients an eval selector may use (believed AVL_TRAIN or AVL_EVAL, idle): (N,) bool, read-only."""
+        index = self._index()
+        return index.readonly(index.eval_ok)
+
+    def num_trainable(self, current_round: int, once_per_round: bool) -> int:
+        index = self._index()
+        if once_per_round:
+            index.once_mask(self, current_round)
+            return index.n_once
+        return index.n_train
+
+    def num_evaluable(self) -> int:
+        return self._index().n_eval
+
+    def explored_ids(self) -> np.ndarray:
+        """Clients with a measured utility (``utility_round >= 0``), ascending."""
+        return self._index().explored.ids()
+
+    def explored_mask(self) -> np.ndarray:
+        """(N,) bool, read-only: ``utility_round >= 0``."""
+        return _Index.readonly(self._index().explored.mask)
+
+    def trained_ids(self) -> np.ndarray:
+        """Clients that sent a training reply (``times_trained > 0``), ascending."""
+        return self._index().trained.ids()
+
+    def _index(self) -> "_Index":
+        index = self.__dict__.get("_derived")
+        if index is None:  # first use, or a view rebuilt from a snapshot
+            index = self.__dict__["_derived"] = _Index(self)
+        return index
+
+    def check_index(self, current_round: int) -> None:
+        """Raises if a maintained set differs from its recomputation from the arrays (tests)."""
+        fresh = _Index(self)
+        index = self._index()
+        for name in ("train_ok", "eval_ok"):
+            if not np.array_equal(getattr(fresh, name), getattr(index, name)):
+                raise AssertionError(f"ClientMap: maintained {name} differs from the arrays")
+        if (index.n_train, index.n_eval) != (fresh.n_train, fresh.n_eval):
+            raise AssertionError("ClientMap: maintained counts differ from the arrays")
+        once = self.trainable(current_round, True)
+        if not np.array_equal(once, fresh.train_ok & (self.last_selected_round != current_round)) or \
+                index.n_once != int(np.count_nonzero(once)):
+            raise AssertionError("ClientMap: maintained once-per-round set differs from the arrays")
+        for name in ("explored", "trained"):
+            if not np.array_equal(getattr(index, name).ids(), getattr(fresh, name).ids()):
+                raise AssertionError(f"ClientMap: maintained {name} ids differ from the arrays")
+
+
+_GUARDED = ("tier", "busy", "utility_round", "last_selected_round", "times_trained")
+
+
+def _write(arr: np.ndarray, idx, value) -> None:
+    arr.flags.writeable = True
+    try:
+        arr[idx] = value
+    finally:
+        arr.flags.writeable = False
+
+
+class _SortedIds:
+    """A growing set of client ids: an (N,) mask and the ids in ascending order."""
+
+    def __init__(self, mask: np.ndarray):
+        self.mask = mask
+        self._ids = np.flatnonzero(mask)
+        self._new: list[int] = []
+
+    def add(self, client: int) -> None:
+        if not self.mask[client]:
+            self.mask[client] = True
+            self._new.append(int(client))
+
+    def ids(self) -> np.ndarray:
+        if self._new:  # a few new ids at a time: inserted in order, O(size) memmove
+            new = np.sort(np.asarray(self._new, np.int64))
+            self._ids = np.insert(self._ids, np.searchsorted(self._ids, new), new)
+            self._new = []
+        return self._ids
+
+
+class _Index:
+    """What the selectors ask of the view at every event, kept current by ClientMap's writes:
+    the trainable / evaluable masks and counts, the once-per-round mask of the current round,
+    the explored and trained clients. Derived state: rebuilt from the arrays when missing."""
+
+    def __init__(self, view: ClientMap):
+        self.train_ok = (view.tier == Tier.AVL_TRAIN) & ~view.busy
+        self.eval_ok = (view.tier >= Tier.AVL_EVAL) & ~view.busy  # AVL_EVAL (1) or AVL_TRAIN (2)
+        self.n_train = int(np.count_nonzero(self.train_ok))
+        self.n_eval = int(np.count_nonzero(self.eval_ok))
+        self.once_round: int | None = None  # the round once_ok is for
+        self.once_ok: np.ndarray | None = None
+        self.n_once = 0
+        self.explored = _SortedIds(view.utility_round >= 0)
+        self.trained = _SortedIds(view.times_trained > 0)
+
+    @staticmethod
+    def readonly(a: np.ndarray) -> np.ndarray:
+        out = a.view()
+        out.flags.writeable = False
+        return out
+
+    def update(self, view: ClientMap, clients) -> None:
+        if isinstance(clients, slice):
+            clients = np.arange(len(view.tier))[clients]
+        c = np.atleast_1d(np.asarray(clients))
+        if c.dtype == bool:
+            c = np.flatnonzero(c)
+        if c.size > 1:
+            c = np.unique(c)
+        train = (view.tier[c] == Tier.AVL_TRAIN) & ~view.busy[c]
+        ev = (view.tier[c] >= Tier.AVL_EVAL) & ~view.busy[c]
+        self.n_train += int(np.count_nonzero(train)) - int(np.count_nonzero(self.train_ok[c]))
+        self.n_eval += int(np.count_nonzero(ev)) - int(np.count_nonzero(self.eval_ok[c]))
+        self.train_ok[c], self.eval_ok[c] = train, ev
+        if self.once_ok is not None:
+            once = train & (view.last_selected_round[c] != self.once_round)
+            self.n_once += int(np.count_nonzero(once)) - int(np.count_nonzero(self.once_ok[c]))
+            self.once_ok[c] = once
+
+    def once_mask(self, view: ClientMap, current_round: int) -> np.ndarray:
+        if self.once_round != current_round:  # a new round: one pass over N, once per aggregation
+            self.once_ok = self.train_ok & (view.last_selected_round != current_round)
+            self.n_once = int(np.count_nonzero(self.once_ok))
+            self.once_round = current_round
+        return self.readonly(self.once_ok)

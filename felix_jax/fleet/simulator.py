@@ -275,14 +275,16 @@ class FleetSimulator:
         if kind == "train":
             once = self.cfg.knowledge is Knowledge.TIERTRACK
             eligible = self.view.trainable(self.round, once)
+            num_eligible = self.view.num_trainable(self.round, once)
             selector, state = self.selector, self._sel_state
         else:
             eligible = self.view.evaluable()
+            num_eligible = self.view.num_evaluable()
             selector, state = self.eval_selector, self._eval_sel_state
-        if not eligible.any():
+        if not num_eligible:
             return 0
         ctx = SelectionContext(self.view, eligible, self.round, self.now, self.rng,
-                               self.trace if self.cfg.knowledge is Knowledge.ORACLE else None)
+                               self.trace if self.cfg.knowledge is Knowledge.ORACLE else None, num_eligible)
         t0 = time.perf_counter()
         clients, state = selector.select(state, ctx, k)
         self.acct.selection_seconds.append(time.perf_counter() - t0)
@@ -322,7 +324,7 @@ class FleetSimulator:
             self.acct.dispatched_train += 1
             age = self.round - self.view.utility_round[client] if self.view.utility_round[client] >= 0 else -1
             self.acct.utility_age.append(int(age))
-            self.view.last_selected_round[client] = self.round  # once per round counts training picks only
+            self.view.mark_selected(client, self.round)  # once per round counts training picks only
         else:
             work = float(self.profile.eval_duration_s(cl, mb, self._task_samples(cl, "eval"))[0])
             allowed = EVAL_TIERS
@@ -338,7 +340,7 @@ class FleetSimulator:
         self.tasks[tid] = task
         if self._in_flight_n is not None:
             self._in_flight_n[kind] = self._in_flight_n.get(kind, 0) + 1
-        self.view.busy[client] = True
+        self.view.set_busy(client, True)
         self.executor.submit(tid, client, self.version, kind, self.now)
         if timeline.interruptions:
             self.acct.interrupted_tasks += 1
@@ -370,27 +372,24 @@ class FleetSimulator:
         self._leaves_flight(task)
         task.replied = True
         c = task.client
-        self.view.busy[c] = False
+        self.view.set_busy(c, False)
         if self.cfg.knowledge is Knowledge.NONE:
-            self.view.tier[c] = Tier.AVL_TRAIN  # a reply proves the client is there
+            self.view.set_tier(c, Tier.AVL_TRAIN)  # a reply proves the client is there
         outcome = self.executor.result(tid)
         if task.kind == "train":
             self.acct.bytes_up_train += self.model.bytes_on_wire
             self.acct.replies_train += 1
             stats = outcome.first_batch if self.cfg.utility_from == "first_batch" else outcome.all_steps
-            self.view.utility[c] = _finite_utility(statistical_utility(np.float64(stats.count),
-                                                                       np.float64(stats.sumsq)))
-            self.view.utility_round[c] = self.round
-            self.view.times_trained[c] += 1
-            self.view.duration_s[c] = task.work_s
+            self.view.record_utility(c, _finite_utility(statistical_utility(np.float64(stats.count),
+                                                                            np.float64(stats.sumsq))), self.round)
+            self.view.record_training(c, task.work_s)
             self.mode.on_train_reply(self, Update(task, outcome, self.version - task.version))
         else:
             assert isinstance(outcome, EvalOutcome)
             self.acct.bytes_up_eval += self.profile.eval_upload_bytes
             self.acct.replies_eval += 1
-            self.view.utility[c] = _finite_utility(statistical_utility(np.float64(outcome.stats.count),
-                                                                       np.float64(outcome.stats.sumsq)))
-            self.view.utility_round[c] = self.round
+            self.view.record_utility(c, _finite_utility(statistical_utility(np.float64(outcome.stats.count),
+                                                                            np.float64(outcome.stats.sumsq))), self.round)
         if self._stop_reason is None:
             self.mode.refill(self)
 
@@ -413,14 +412,14 @@ class FleetSimulator:
         if task.timeline.abandoned:  # the client dropped it: the server gives up on it now
             self.tasks.pop(tid)
             self.executor.discard(tid)
-            self.view.busy[task.client] = False
+            self.view.set_busy(task.client, False)
             self._leaves_flight(task)
             task.in_flight = False
             # No reply will ever clear a timeout mark, so a blind server does not set one:
             # the client stays a candidate (it may well be away, which a blind server cannot know).
         else:
             if self.cfg.knowledge is Knowledge.NONE:
-                self.view.tier[task.client] = Tier.UN_AVL  # until its reply proves it is back
+                self.view.set_tier(task.client, Tier.UN_AVL)  # until its reply proves it is back
             if self.cfg.timeout_frees_slot and task.in_flight:
                 self._leaves_flight(task)
                 task.in_flight = False

@@ -25,6 +25,7 @@ class SelectionContext:
     now: float  # virtual time, seconds
     rng: np.random.Generator
     trace: AvailabilityTrace | None = None  # the true trace: only oracle policies may read it
+    num_eligible: int | None = None  # eligible.sum(), when the caller keeps it (None: count it)
 
 
 class Selector(NamedTuple):

@@ -70,24 +70,26 @@ def _t_pref_population(view, t_pref_over: str, explored_all: np.ndarray) -> np.n
 _BLOCK = 1 << 16  # rows per block of _ids_at_ranks' walk
 
 
-def _ids_at_ranks(mask: np.ndarray, ranks: np.ndarray) -> np.ndarray:
-    """``np.flatnonzero(mask)[ranks]`` without listing every set row: a walk over blocks of rows in
-    rank order, counting each block's set rows, listing only the blocks the ranks fall in (a few
-    ranks among 10^5..10^6 set rows)."""
+def _ids_at_ranks(block, ranks: np.ndarray) -> np.ndarray:
+    """``np.flatnonzero(mask)[ranks]`` without building or listing the whole mask: ``block(start,
+    stop)`` gives the mask's rows [start, stop); a walk over blocks in rank order counts each block's
+    set rows and lists only the blocks the ranks fall in (a few ranks among 10^5..10^6 set rows)."""
     ranks = np.asarray(ranks, np.int64)
     out = np.empty(ranks.size, np.int64)
     start, before = 0, 0  # the block's first row; set rows before it
-    count = int(np.count_nonzero(mask[:_BLOCK]))
+    rows = block(0, _BLOCK)
+    count = int(np.count_nonzero(rows))
     listed = None
     for i in np.argsort(ranks, kind="stable").tolist():
         r = int(ranks[i])
         while before + count <= r:
             before += count
             start += _BLOCK
-            count = int(np.count_nonzero(mask[start:start + _BLOCK]))
+            rows = block(start, start + _BLOCK)
+            count = int(np.count_nonzero(rows))
             listed = None
         if listed is None:
-            listed = np.flatnonzero(mask[start:start + _BLOCK])
+            listed = np.flatnonzero(rows)
         out[i] = start + listed[r - before]
     return out
 
@@ -110,21 +112,24 @@ def make_oort_selector(config: OortConfig = OortConfig()) -> Selector:
         # the one the (N,)-mask formulation gives, in the same (ascending client) order, so the draws
         # from ctx.rng (which depend on sizes and weights only) and their results are the same.
         eligible_mask = np.asarray(ctx.eligible, dtype=bool)
-        explored_mask = view.utility_round >= 0
-        explored_all = np.flatnonzero(explored_mask)  # ids of every explored client
+        explored_mask = view.explored_mask()  # utility_round >= 0 (read-only, kept by the view)
+        explored_all = view.explored_ids()  # ids of every explored client
         explored = explored_all[eligible_mask[explored_all]]
-        num_unexplored = int(np.count_nonzero(eligible_mask)) - len(explored)
+        num_eligible = int(np.count_nonzero(eligible_mask)) if ctx.num_eligible is None else ctx.num_eligible
+        num_unexplored = num_eligible - len(explored)
         eps = 0.0 if state.exhausted else epsilon_schedule(
             state.calls, config.exploration_factor, config.exploration_decay, config.exploration_min,
             config.decay_before_use)
         n_explore, n_exploit = split_explore_exploit(int(k), eps, num_unexplored, len(explored),
                                                      config.split_rounding, absorb=config.shortfall == "exploit")
         t_pref = preferred_duration(_t_pref_population(view, config.t_pref_over, explored_all), pstate.threshold)
-        unexplored_mask = np.greater(eligible_mask, explored_mask, out=explored_mask)  # eligible & ~explored
+        def unexplored_rows(start, stop):  # eligible & ~explored, rows [start, stop)
+            return np.greater(eligible_mask[start:stop], explored_mask[start:stop])
+
         unexplored = None  # their ids, when a step needs them all
         if (config.explore_by_prior or config.normalize_utility or config.shortfall == "random"
                 or n_explore > 64):
-            unexplored = np.flatnonzero(unexplored_mask)
+            unexplored = np.flatnonzero(unexplored_rows(0, len(eligible_mask)))
         eligible = np.flatnonzero(eligible_mask) if config.normalize_utility or config.shortfall == "random" else None
         prior = None  # of the unexplored eligible clients, in their order
         if config.explore_by_prior or config.normalize_utility:
@@ -138,7 +143,7 @@ def make_oort_selector(config: OortConfig = OortConfig()) -> Selector:
                 raw = view.num_samples[eligible].astype(np.float64)
                 if config.prior_cap is not None:
                     raw = np.minimum(raw, float(config.prior_cap))
-                population = np.where(~unexplored_mask[eligible], view.utility[eligible], raw)
+                population = np.where(explored_mask[eligible], view.utility[eligible], raw)  # eligible: ~unexplored
             scores = oort_scores(view.utility[explored], view.utility_round[explored], ctx.round,
                                  _durations(view, explored), t_pref, config.round_penalty, config.clip_bound,
                                  config.normalize_utility, population)  # of the explored eligible clients
@@ -154,8 +159,8 @@ def make_oort_selector(config: OortConfig = OortConfig()) -> Selector:
             elif unexplored is not None:
                 picked.append(ctx.rng.choice(unexplored, n_explore, replace=False))
             else:  # the same draw by rank (it depends on the population size only), then the ids at the ranks
-                picked.append(_ids_at_ranks(unexplored_mask, ctx.rng.choice(num_unexplored, n_explore,
-                                                                             replace=False)))
+                picked.append(_ids_at_ranks(unexplored_rows, ctx.rng.choice(num_unexplored, n_explore,
+                                                                            replace=False)))
         clients = np.concatenate(picked).astype(np.int64) if picked else _NO_CLIENTS
         exhausted = state.exhausted
         if config.shortfall == "random":
