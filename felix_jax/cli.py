@@ -56,6 +56,15 @@ def _print_listing() -> None:
             print(f"  {kind} {name}:" + (" no options" if not lines else ""))
             for line in lines:
                 print(f"      {line}")
+    from .data.streams import StreamConfig
+    from .fleet.update_guard import UpdateGuardConfig
+    from .options import OptionSpec
+
+    for field, config, what in (("update_guard", UpdateGuardConfig, "dropping bad client updates"),
+                                ("stream", StreamConfig, "client data streams: arrivals, drift, delayed labels")):
+        print(f"{field} options (--set {field}.KEY=V; {what}):")
+        for line in OptionSpec(config).describe():
+            print(f"      {line}")
 
 
 def _summary_table(summary: dict) -> str:

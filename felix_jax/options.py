@@ -88,6 +88,8 @@ def _type_name(hint: Any) -> str:
     base = args[0] if args else hint
     if typing.get_origin(hint) is typing.Literal:
         return " | ".join(map(repr, typing.get_args(hint)))
+    if typing.get_origin(hint) in (tuple, list):  # tuple[int, ...]: a comma-separated list on the command line
+        return f"list of {getattr(args[0], '__name__', args[0])}"
     if isinstance(base, type) and issubclass(base, enum.Enum):
         name = " | ".join(str(m.value) for m in base)
     else:

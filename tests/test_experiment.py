@@ -82,7 +82,8 @@ def test_unknown_names_give_clear_errors():
 def test_cli_list_and_bad_set(capsys):
     assert main(["run", "--list"]) == 0
     out = capsys.readouterr().out
-    for name in ("quickstart", "fedavg", "fedbuff", "avail100", "avail90", "avail50", "mobiperf"):
+    for name in ("quickstart", "fedavg", "fedbuff", "avail100", "avail90", "avail50", "mobiperf", "digits-drift",
+                 "stream options", "label_delay_hours", "update_guard options"):
         assert name in out
     with pytest.raises(SystemExit, match="key=value"):
         main(["run", "--set", "alpha"])

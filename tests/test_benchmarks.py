@@ -1,0 +1,31 @@
+"""The benchmark scripts run end to end on tiny settings (their numbers live in BENCHMARKS.md)."""
+
+import importlib.util
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_drift_matrix_tabulates_every_variant(tmp_path):
+    result = load("drift_matrix").main([
+        "--seeds", "0", "--strategies", "fedbuff,felix", "--set", "max_aggregations=6",
+        "--set", "stream.start_hours=0.001", "--out", str(tmp_path), "--json", str(tmp_path / "m.json")])
+    rows = result["table"].splitlines()[2:]
+    assert len(rows) == 6 * 2  # (none, rotation, surge) x (no delay, delay) x 2 strategies
+    surge = [r for r in rows if r.startswith("| surge")]
+    assert surge and all(r.split("|")[6].strip() != "-" for r in surge)  # a lag (or "never") per surge row
+    assert (tmp_path / "table.md").exists() and (tmp_path / "m.json").exists()
+
+
+def test_eval_batching_checks_the_batched_runs_against_the_eager_one(tmp_path):
+    result = load("eval_batching").main(["--preset", "tiny", "--batches", "4", "--set", "max_aggregations=8",
+                                         "--set", "target_accuracy=none", "--json", str(tmp_path / "e.json")])
+    eager, batched = result["rows"][-1], result["rows"][0]
+    assert batched["same_results"] and batched["test_eval_calls"] == 3 and eager["test_eval_calls"] == 9
