@@ -176,9 +176,14 @@ RUN_SCRIPT = """
     import sys
     from felix_jax.cli import main
     out = sys.argv[1]
+    stream = ["--set", "stream.rate_per_hour=600", "--set", "stream.label_delay_hours=0.01",
+              "--set", "stream.proxy_accuracy=0.5", "--set", "stream.drift=rotation"]
     for devices in ("1", "4"):
         rc = main(["run", "--preset", "tiny", "--set", "max_aggregations=5", "--set", "devices=" + devices,
                    "--out", f"{out}/devices{devices}", "--quiet"])
+        assert rc in (0, None), rc
+        rc = main(["run", "--preset", "tiny", "--set", "max_aggregations=5", "--set", "devices=" + devices, *stream,
+                   "--out", f"{out}/stream{devices}", "--quiet"])
         assert rc in (0, None), rc
 """
 
@@ -192,3 +197,5 @@ def test_a_tiny_run_on_four_devices_matches_one_device(tmp_path):
     for key in ("final_accuracy", "bytes_total", "dispatched_train", "replies_train", "staleness_p90"):
         assert s1[key] == s4[key], key
     assert json.loads((four / "config.json").read_text())["scenario"]["devices"] == 4
+    # client streams: the stream tables are replicated to every device, each task's view computed where it runs
+    assert (tmp_path / "stream1" / "metrics.csv").read_text() == (tmp_path / "stream4" / "metrics.csv").read_text()
