@@ -241,7 +241,10 @@ def test_a_signal_stops_the_run_with_complete_results(tmp_path, sig, status):
     proc = subprocess.Popen([sys.executable, "-m", "felix_jax.cli", "run", "--preset", "tiny", "--quiet",
                              "--set", "max_aggregations=1000000", "--set", "target_accuracy=none",
                              "--set", "max_virtual_hours=inf", "--out", str(out)],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            # a suite started in the background (``cmd &``) hands its children SIGINT
+                            # ignored, which the CLI then leaves ignored: start this one as a terminal would
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.time() + 180
         while time.time() < deadline and proc.poll() is None:  # metrics stream in: wait for a few rows
