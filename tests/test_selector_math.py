@@ -209,3 +209,23 @@ def test_eval_selection_stalest_first_and_filters():
     # age exactly min_age is old enough: client 5 at round 115
     assert 5 in ts.select_for_eval(trained, tier, busy, last, 115, budget=15)
     assert 5 not in ts.select_for_eval(trained, tier, busy, last, 114, budget=15)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_partitioned_selections_equal_the_full_sorts(seed):
+    """select_for_eval's budget cut and T_pref's order statistic use partitions: the same results as
+    sorting everything."""
+    from felix_jax.policies.selectors.oort_math import preferred_duration
+    from felix_jax.policies.selectors.tierselect_math import eval_eligible, select_for_eval
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 400))
+    tier, busy = rng.integers(0, 3, n), rng.random(n) < 0.3
+    ur = rng.integers(-1, 8, n)  # many ties in the round: broken by id
+    budget = int(rng.integers(0, n + 3))
+    ok = np.flatnonzero(eval_eligible(True, tier, busy, ur, 10, 3))
+    want = np.array(sorted(ok.tolist(), key=lambda i: (ur[i], i))[:budget], np.int64)
+    np.testing.assert_array_equal(select_for_eval(True, tier, busy, ur, 10, budget, 3), want)
+    d = rng.choice([1.0, 2.0, 5.0, 7.5], n) if seed % 2 else rng.exponential(10.0, n)
+    thr = float(rng.uniform(0, 100))
+    assert preferred_duration(d, thr) == np.sort(d)[min(int(n * thr / 100.0), n - 1)]

@@ -38,7 +38,7 @@ def make_tierselect_eval(config: TierSelectEvalConfig = TierSelectEvalConfig()) 
         # Only the clients that trained at least once can qualify (few, at scale): the selection runs
         # on their rows, whose positions are in client-id order, so ties by position are ties by id.
         trained = v.trained_ids()  # times_trained > 0 (kept by the view)
-        ids = trained[select_for_eval(v.times_trained[trained] > 0, v.tier[trained], v.busy[trained],
+        ids = trained[select_for_eval(True, v.tier[trained], v.busy[trained],
                                       v.utility_round[trained], ctx.round, v.num_clients if k is None else int(k),
                                       config.min_age)]
         return ids[ctx.eligible[ids]].astype(np.int64), state

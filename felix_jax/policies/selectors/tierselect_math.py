@@ -40,5 +40,9 @@ def select_for_eval(trained_once, tier, busy, utility_round, current_round: int,
     its latest utility report); all arrays are (N,) indexed by client id.
     """
     idx = np.flatnonzero(eval_eligible(trained_once, tier, busy, utility_round, current_round, min_age))
+    budget = max(int(budget), 0)
+    if budget < idx.size:  # the budget's stalest only: (round, id) as one key, unique, partitioned in O(n)
+        key = np.asarray(utility_round, np.int64)[idx] * np.int64(len(np.asarray(tier))) + idx
+        idx = idx[np.argpartition(key, budget - 1)[:budget]] if budget else idx[:0]
     order = np.lexsort((idx, np.asarray(utility_round)[idx]))
-    return idx[order][: max(int(budget), 0)]
+    return idx[order]
