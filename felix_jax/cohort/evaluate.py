@@ -88,14 +88,15 @@ def evaluate_many(model: Model, versions: list[Params], test: HeldOutSet, chunk:
 @partial(jax.jit, static_argnums=(0, 3, 4))
 def _eval_by_class(model: Model, params: Params, test: HeldOutSet, chunk: int, num_classes: int):
     def add(carry, y, losses, hit, valid):
-        correct, loss_sum = carry
+        correct, loss_sum, count = carry
         cls = jnp.where(valid, y, num_classes)  # padding lands in a dropped extra class
         per_class = lambda v: jax.ops.segment_sum(v, cls, num_classes + 1)[:num_classes]  # noqa: E731
         return (correct + per_class(hit.astype(jnp.float32)),
-                loss_sum + per_class(jnp.where(valid, losses, 0.0).astype(jnp.float32)))
+                loss_sum + per_class(jnp.where(valid, losses, 0.0).astype(jnp.float32)),
+                count + per_class(valid.astype(jnp.float32)))
 
     zeros = jnp.zeros((num_classes,), jnp.float32)
-    return _scan_test(model, params, test, chunk, add, (zeros, zeros))
+    return _scan_test(model, params, test, chunk, add, (zeros, zeros, zeros))
 
 
 def evaluate_weighted(model: Model, params: Params, test: HeldOutSet, class_weights, chunk: int = 1000
@@ -107,9 +108,8 @@ def evaluate_weighted(model: Model, params: Params, test: HeldOutSet, class_weig
     if n == 0:
         raise ValueError("empty test set")
     w = np.asarray(class_weights, np.float64)
-    counts = np.bincount(np.asarray(jax.device_get(test.y)), minlength=len(w))[:len(w)].astype(np.float64)
-    correct, loss_sum = (np.asarray(a, np.float64) for a in
-                         jax.device_get(_eval_by_class(model, params, test, min(chunk, n), len(w))))
+    correct, loss_sum, counts = (np.asarray(a, np.float64) for a in
+                                 jax.device_get(_eval_by_class(model, params, test, min(chunk, n), len(w))))
     present = counts > 0
     if not (w[present] > 0).any():
         raise ValueError("the class mix puts no weight on any class of the test set")

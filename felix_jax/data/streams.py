@@ -255,7 +255,10 @@ def build_streams(partition: Partition, labels: np.ndarray, num_classes: int, cf
     if cfg.rate_per_hour > 0 and not math.isfinite(horizon_s):
         raise StreamError("stream.rate_per_hour > 0 needs a finite horizon (max_virtual_hours)")
     schedule = DriftSchedule.create(cfg, base, horizon_s if math.isfinite(horizon_s) else 0.0, rng)
-    by_class = [np.flatnonzero(labels == k) for k in range(num_classes)]
+    # every training sample, grouped by class: class k's samples are by_class[starts[k]:starts[k] + sizes[k]]
+    by_class = np.argsort(labels, kind="stable")
+    sizes = np.bincount(labels, minlength=num_classes)[:num_classes]
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     rows_idx, rows_arr = [], []
     phase = rng.uniform(0.0, 1.0, n)
     for c in range(n):  # host-side precomputation at build time, once per run
@@ -275,10 +278,9 @@ def build_streams(partition: Partition, labels: np.ndarray, num_classes: int, cf
             mix = schedule.mix_at(np.full(len(arr), c), arr)  # (m, classes)
             cum = np.cumsum(mix, 1)
             cls = np.minimum((rng.uniform(0, 1, (len(arr), 1)) * cum[:, -1:] > cum).sum(1), num_classes - 1)
-            picks = np.array([by_class[k][rng.integers(len(by_class[k]))] if len(by_class[k]) else -1
-                              for k in cls], np.int64)
-            keep = picks >= 0  # a class absent from the data set cannot arrive
-            arr, picks = arr[keep], picks[keep]
+            keep = sizes[cls] > 0  # a class absent from the data set cannot arrive
+            arr, cls = arr[keep], cls[keep]
+            picks = by_class[starts[cls] + rng.integers(0, sizes[cls])].astype(np.int64)
         else:
             picks = np.zeros(0, np.int64)
         rows_arr[c] = np.concatenate([np.zeros(counts[c]), arr])

@@ -306,11 +306,11 @@ class FleetSimulator:
         the client holds now (a task trains on the data of its dispatch time)."""
         if self.engine.streams is None:
             return (self._train_samples if kind == "train" else self._eval_samples)[clients]
-        times = np.full(len(clients), self.now)
-        counts = self.engine.sample_counts(clients, times)
+        counts = self.engine.sample_counts(clients, np.full(len(clients), self.now))
+        batch = self.engine.train_cfg.batch_size
         if kind == "train":
-            return self.engine.num_train_steps(clients, times) * np.minimum(self.engine.train_cfg.batch_size, counts)
-        return np.minimum(counts, self.engine.num_eval_batches(clients, times) * self.engine.train_cfg.batch_size)
+            return self.engine.train_cfg.num_steps(counts) * np.minimum(batch, counts)
+        return np.minimum(counts, self.engine.eval_cfg.num_batches(counts) * batch)
 
     def _dispatch(self, client: int, kind: str) -> None:
         tid = self._next_task_id
