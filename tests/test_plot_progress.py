@@ -72,6 +72,18 @@ def test_progress_without_a_target_or_a_time_limit():
     assert "agg 4/60" in progress.describe(checkpoint(4, 0.4, 0.3))
 
 
+def test_progress_of_a_run_that_goes_on_past_its_target():
+    """``stop_at_target=false`` (drifting streams): the target ends nothing, so it is no part of the
+    progress; the postfix still shows the accuracy against it."""
+    clock = FakeClock()
+    progress = _Progress(TINY.with_overrides({"stop_at_target": "false"}), enabled=False, clock=clock)
+    for v in range(3):
+        clock.now = float(v)
+        p = progress.update(checkpoint(v, 0.06 * v, 0.9))
+    assert p.accuracy is None and p.overall == pytest.approx(max(2 / 60, 0.12 / 6))
+    assert "/0.5" in progress.describe(checkpoint(2, 0.12, 0.9))
+
+
 def test_progress_bar_draws_the_stop_rule(capsys):
     progress = _Progress(TINY, enabled=True, clock=FakeClock())
     progress(checkpoint(3, 0.02, 0.25))

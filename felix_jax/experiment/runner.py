@@ -82,11 +82,12 @@ def build_simulator(sc: Scenario, on_checkpoint=None) -> FleetSimulator:
     eval_cfg = LocalEvalConfig(batch_size=sc.batch_size, max_batches=sc.eval_max_batches)
     streams = None
     stream_cfg = sc.resolve_stream()
-    data = to_device(ds, part)
     if not stream_cfg.is_static:  # client data streams over the run's horizon (data/streams.py)
         streams = build_streams(part, ds.train_y, ds.num_classes, stream_cfg, sc.max_virtual_hours * 3600,
                                 seed=seeds[4])
-        data = to_device(ds, Partition(streams.index_table, part.counts, part.num_samples, part.method + "+stream"))
+        part = Partition(streams.index_table, part.counts, part.num_samples, part.method + "+stream")
+    data = to_device(ds, part)
+    if streams is not None:
         data = data.replace(streams=streams_to_device(streams))
     engine = CohortEngine(model, data, train_cfg, eval_cfg, seed=sc.seed, plan=sc.plan, devices=sc.devices,
                           streams=streams)
@@ -163,7 +164,7 @@ class _Progress:
     def __init__(self, sc: Scenario, enabled: bool, clock: Callable[[], float] = time.perf_counter,
                  recent: int = 10):
         self.stop = StopRule(target_accuracy=sc.target_accuracy, max_virtual_s=sc.max_virtual_hours * 3600,
-                             max_aggregations=sc.max_aggregations)
+                             max_aggregations=sc.max_aggregations, stop_at_target=sc.stop_at_target)
         self.clock = clock
         self.accuracies: list[float] = []
         self.samples: collections.deque[tuple[float, int, float]] = collections.deque(maxlen=max(recent, 2))
@@ -180,7 +181,8 @@ class _Progress:
         self.accuracies.append(cp.accuracy)
         self.samples.append((self.clock(), cp.version, cp.time_s))
         recent = self.accuracies[-stop.window:]
-        accuracy = None if stop.target_accuracy is None else min(sum(recent) / len(recent) / stop.target_accuracy, 1.0)
+        accuracy = (None if stop.target_accuracy is None or not stop.stop_at_target  # the target ends no run
+                    else min(sum(recent) / len(recent) / stop.target_accuracy, 1.0))
         timed = math.isfinite(stop.max_virtual_s)
         virtual_time = min(cp.time_s / stop.max_virtual_s, 1.0) if timed else None
         self.latest = StopProgress(min(cp.version / stop.max_aggregations, 1.0), accuracy, virtual_time,
