@@ -123,6 +123,7 @@ def make_oort_selector(config: OortConfig = OortConfig()) -> Selector:
         n_explore, n_exploit = split_explore_exploit(int(k), eps, num_unexplored, len(explored),
                                                      config.split_rounding, absorb=config.shortfall == "exploit")
         t_pref = preferred_duration(_t_pref_population(view, config.t_pref_over, explored_all), pstate.threshold)
+
         def unexplored_rows(start, stop):  # eligible & ~explored, rows [start, stop)
             return np.greater(eligible_mask[start:stop], explored_mask[start:stop])
 
