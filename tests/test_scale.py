@@ -152,8 +152,9 @@ def test_simulator_view_equals_recomputation_at_every_refresh(knowledge, mode):
 @pytest.mark.parametrize("strategy", ["felix", "oort", "oort-async", "oort-async-oracle", "fedbuff"])
 def test_maintained_selection_sets_equal_recomputation_at_every_selection(strategy):
     """Every knowledge mode, sync and async, with and without an eval tier: before each selection the
-    view's maintained sets (trainable, evaluable, once-per-round, explored, trained) equal their
-    recomputation from the view's arrays."""
+    view's maintained sets (trainable, evaluable, once-per-round, explored, trained, the explored
+    durations in order, the trained clients in staleness order) equal their recomputation from the
+    view's arrays."""
     from felix_jax.experiment import get_preset
     from felix_jax.experiment.runner import build_simulator
 
@@ -252,9 +253,9 @@ def test_eval_selection_over_trained_clients_equals_the_full_pass(seed):
     from felix_jax.policies.selectors.tierselect_math import select_for_eval
 
     rng = np.random.default_rng(seed)
-    n = 300
+    n, busy_p = (300, 0.3) if seed % 2 else (5000, 0.97)  # the latter: the staleness walk reads many chunks
     view = dataclasses.replace(ClientMap.create(rng.integers(1, 50, n)), tier=rng.integers(0, 3, n).astype(np.int8),
-                               busy=rng.random(n) < 0.3,
+                               busy=rng.random(n) < busy_p,
                                times_trained=np.where(rng.random(n) < 0.4, rng.integers(1, 4, n), 0),
                                utility_round=np.where(rng.random(n) < 0.7, rng.integers(0, 10, n), -1))
     current, k, min_age = 12, int(rng.integers(0, 40)), int(rng.integers(0, 6))
@@ -262,6 +263,28 @@ def test_eval_selection_over_trained_clients_equals_the_full_pass(seed):
     got, _ = make_tierselect_eval(TierSelectEvalConfig(min_age=min_age)).select(None, ctx, k)
     want = select_for_eval(view.times_trained > 0, view.tier, view.busy, view.utility_round, current, k, min_age)
     np.testing.assert_array_equal(got, want[ctx.eligible[want]])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 12)), max_size=80), st.sampled_from([np.float64, np.int64]))
+def test_sorted_values_equal_a_sorted_list(ops, dtype):
+    """The view's sorted multisets (T_pref's durations, the staleness order): inserts and removals,
+    with duplicates and past the buffer's growth, always equal the sorted list of what is in."""
+    from felix_jax.fleet.clientmap import _SortedValues
+
+    held = [dtype(3), dtype(3), dtype(1)]
+    sv = _SortedValues(np.array(held, dtype))
+    for add, v in ops * 20:  # repeated: the buffer (1,024) grows
+        if add or dtype(v) not in held:
+            sv.add(dtype(v))
+            held.append(dtype(v))
+        else:
+            sv.remove(dtype(v))
+            held.remove(dtype(v))
+    np.testing.assert_array_equal(sv.values(), np.sort(np.array(held, dtype)))
+    assert sv.values().dtype == dtype and not sv.values().flags.writeable
+    with pytest.raises(KeyError):
+        sv.remove(dtype(99))
 
 
 @pytest.mark.parametrize("knowledge,interruption,frees_slot",

@@ -160,6 +160,36 @@ def test_next_change_after_repeat():
     np.testing.assert_array_equal(d.state_at(mid), d.state_at(t0))
 
 
+def test_one_client_queries_equal_the_vectorised_ones():
+    """``state_of`` / ``next_change_of`` (the simulator's per-dispatch path) give exactly what the
+    broadcast queries give: same times to the bit (wraps, period ends, the nextafter guard), same
+    states, under hold and repeat, with per-client periods, at change times and between them."""
+    rng = np.random.default_rng(7)
+    traces = [_small_trace(), _small_trace("repeat"),
+              diurnal(25, seed=2, num_periods=2, slot_s=900, eval_availability=0.3),
+              slot_bernoulli(25, 0.5, num_slots=20, slot_s=600, seed=3),
+              AvailabilityTrace.from_client_lists([[0, 5], [0, 5, 7], [0]], [[TRAIN, UN], [TRAIN, UN, EVAL], [UN]],
+                                                  duration_s=20, client_duration_s=[10.0, 20.0, 3.0],
+                                                  beyond_end="repeat")]
+    for base in traces:
+        for tr in (base.with_beyond_end("hold"), base.with_beyond_end("repeat")):
+            at_changes = tr.times[rng.integers(0, tr.num_rows, 30)]
+            ts = np.concatenate([[0.0, tr.duration_s, np.nextafter(tr.duration_s, 0)], at_changes,
+                                 at_changes + 3 * tr.duration_s, rng.uniform(0, 4 * tr.duration_s, 40)])
+            for c in range(tr.num_clients):
+                nt, ns = tr.next_change_after(ts, np.full(ts.shape, c))
+                st = tr.state_at(ts, np.full(ts.shape, c))
+                for i, t in enumerate(ts.tolist()):
+                    assert tr.state_of(t, c) == st[i]
+                    one_t, one_s = tr.next_change_of(t, c)
+                    assert (one_t, one_s) == (float(nt[i]), int(ns[i])), (tr.beyond_end, c, t)
+    tr = _small_trace()
+    with pytest.raises(ValueError, match="client index"):
+        tr.next_change_of(1.0, 4)
+    with pytest.raises(ValueError, match="query times"):
+        tr.state_of(float("nan"), 0)
+
+
 def test_per_client_periods():
     tr = AvailabilityTrace.from_client_lists(
         [[0, 5], [0, 5]], [[TRAIN, UN], [TRAIN, UN]], duration_s=20,

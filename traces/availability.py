@@ -474,6 +474,54 @@ class AvailabilityTrace:
         time = np.where(time <= t, np.nextafter(t, np.inf), time)
         return time, state.astype(np.int8)
 
+    # One client at a time: the same answers as ``state_at`` / ``next_change_after`` (the same
+    # float64 operations), without the cost of broadcasting arrays of one element. The simulator
+    # asks these at every dispatch, so they are on the hot path.
+    def _rows_of(self, client: int, t: float) -> tuple[int, int, int]:
+        """``(first, end, j)``: the client's compact rows and the first one with time > ``t``."""
+        if not 0 <= client < self.num_clients:
+            raise ValueError(f"client index must lie in [0, {self.num_clients}), got {client}")
+        first, end = int(self._co[client]), int(self._co[client + 1])
+        return first, end, first + int(np.searchsorted(self._ct[first:end], t, side="right"))
+
+    @staticmethod
+    def _check_time(t) -> np.float64:
+        t = np.float64(t)
+        if not t >= 0:  # NaN too
+            raise ValueError("query times must be >= 0 and not NaN")
+        return t
+
+    def state_of(self, t: float, client: int) -> int:
+        """``state_at(t, [client])[0]`` as an int."""
+        t = self._check_time(t)
+        if self.beyond_end == "repeat":
+            t = np.mod(t, self._period[client])
+        return int(self._cs[self._rows_of(int(client), t)[2] - 1])
+
+    def next_change_of(self, t: float, client: int) -> tuple[float, int]:
+        """``next_change_after(t, [client])`` for one client: ``(time_s, new_state)`` as Python scalars."""
+        t = self._check_time(t)
+        ct, cs = self._ct, self._cs
+        if self.beyond_end == "hold":
+            first, end, j = self._rows_of(int(client), t)
+            if j < end:
+                return float(ct[j]), int(cs[j])
+            return float("inf"), int(cs[j - 1])
+        period = self._period[client]
+        k, local = np.divmod(t, period)
+        first, end, j = self._rows_of(int(client), local)
+        if j < end:
+            time, state = k * period + ct[j], cs[j]
+        elif cs[first] != cs[end - 1]:  # the wrap to the t=0 state is a change
+            time, state = (k + 1) * period, cs[first]
+        elif end - first > 1:
+            time, state = (k + 1) * period + ct[first + 1], cs[first + 1]
+        else:
+            time, state = np.inf, cs[end - 1]
+        if time <= t:
+            time = np.nextafter(t, np.inf)
+        return float(time), int(state)
+
     def changes_between(self, t0: float, t1: float, clients=None):
         """All real changes with ``t0 < time <= t1``, sorted by (time, client).
 

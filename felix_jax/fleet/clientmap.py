@@ -74,15 +74,26 @@ class ClientMap:
 
     def record_utility(self, client: int, utility: float, current_round: int) -> None:
         index = self._index()
+        n = self.num_clients
+        if index.trained.mask[client]:  # its place in the staleness order moves
+            index.staleness.remove(int(self.utility_round[client]) * n + client)
+            index.staleness.add(int(current_round) * n + client)
         self.utility[client] = utility
         _write(self.utility_round, client, current_round)
-        index.explored.add(client)
+        if index.explored.add(client) and np.isfinite(self.duration_s[client]):
+            index.durations.add(self.duration_s[client])
 
     def record_training(self, client: int, duration_s: float) -> None:
         index = self._index()
         _write(self.times_trained, client, self.times_trained[client] + 1)
-        self.duration_s[client] = duration_s
-        index.trained.add(client)
+        if index.explored.mask[client]:
+            if np.isfinite(self.duration_s[client]):
+                index.durations.remove(self.duration_s[client])
+            if np.isfinite(duration_s):
+                index.durations.add(duration_s)
+        _write(self.duration_s, client, duration_s)
+        if index.trained.add(client):
+            index.staleness.add(int(self.utility_round[client]) * self.num_clients + client)
 
     # -- reads: maintained, O(changes) per event instead of passes over all N rows -----------------
     def trainable(self, current_round: int, once_per_round: bool) -> np.ndarray:
@@ -119,6 +130,16 @@ class ClientMap:
         """Clients that sent a training reply (``times_trained > 0``), ascending."""
         return self._index().trained.ids()
 
+    def explored_durations(self) -> np.ndarray:
+        """The explored clients' observed durations where known, ascending (read-only): the population
+        Oort's ``T_pref`` is an order statistic of."""
+        return self._index().durations.values()
+
+    def staleness_order(self) -> np.ndarray:
+        """The trained clients as keys ``utility_round * N + id``, ascending (read-only): stalest
+        utility first, ties by id; ``key % N`` is the client, ``key // N`` its utility round."""
+        return self._index().staleness.values()
+
     def _index(self) -> "_Index":
         index = self.__dict__.get("_derived")
         if index is None:  # first use, or a view rebuilt from a snapshot
@@ -141,9 +162,12 @@ class ClientMap:
         for name in ("explored", "trained"):
             if not np.array_equal(getattr(index, name).ids(), getattr(fresh, name).ids()):
                 raise AssertionError(f"ClientMap: maintained {name} ids differ from the arrays")
+        for name in ("durations", "staleness"):
+            if not np.array_equal(getattr(index, name).values(), getattr(fresh, name).values()):
+                raise AssertionError(f"ClientMap: maintained {name} order differs from the arrays")
 
 
-_GUARDED = ("tier", "busy", "utility_round", "last_selected_round", "times_trained")
+_GUARDED = ("tier", "busy", "utility_round", "last_selected_round", "times_trained", "duration_s")
 
 
 def _write(arr: np.ndarray, idx, value) -> None:
@@ -162,10 +186,13 @@ class _SortedIds:
         self._ids = np.flatnonzero(mask)
         self._new: list[int] = []
 
-    def add(self, client: int) -> None:
-        if not self.mask[client]:
-            self.mask[client] = True
-            self._new.append(int(client))
+    def add(self, client: int) -> bool:
+        """Adds ``client``; True if it was not in the set."""
+        if self.mask[client]:
+            return False
+        self.mask[client] = True
+        self._new.append(int(client))
+        return True
 
     def ids(self) -> np.ndarray:
         if self._new:  # a few new ids at a time: inserted in order, O(size) memmove
@@ -175,10 +202,42 @@ class _SortedIds:
         return self._ids
 
 
+class _SortedValues:
+    """A multiset of numbers kept sorted in a growable buffer: an insert or a removal is a binary
+    search and one in-place shift (a memmove of the values after it), never a sort."""
+
+    def __init__(self, values: np.ndarray):
+        values = np.sort(values)
+        self._buf = np.empty(max(2 * values.size, 1024), values.dtype)
+        self._buf[:values.size] = values
+        self._n = values.size
+
+    def add(self, value) -> None:
+        n, buf = self._n, self._buf
+        if n == buf.size:
+            self._buf = buf = np.concatenate([buf, np.empty_like(buf)])
+        i = int(np.searchsorted(buf[:n], value, side="right"))
+        buf[i + 1:n + 1] = buf[i:n]  # overlapping copy: numpy moves it safely
+        buf[i] = value
+        self._n = n + 1
+
+    def remove(self, value) -> None:
+        n, buf = self._n, self._buf
+        i = int(np.searchsorted(buf[:n], value, side="left"))
+        if i == n or buf[i] != value:
+            raise KeyError(f"{value!r} is not in the set")
+        buf[i:n - 1] = buf[i + 1:n]
+        self._n = n - 1
+
+    def values(self) -> np.ndarray:
+        return _Index.readonly(self._buf[:self._n])
+
+
 class _Index:
     """What the selectors ask of the view at every event, kept current by ClientMap's writes:
     the trainable / evaluable masks and counts, the once-per-round mask of the current round,
-    the explored and trained clients. Derived state: rebuilt from the arrays when missing."""
+    the explored and trained clients, the explored clients' known durations in order, and the
+    trained clients in staleness order. Derived state: rebuilt from the arrays when missing."""
 
     def __init__(self, view: ClientMap):
         self.train_ok = (view.tier == Tier.AVL_TRAIN) & ~view.busy
@@ -190,6 +249,10 @@ class _Index:
         self.n_once = 0
         self.explored = _SortedIds(view.utility_round >= 0)
         self.trained = _SortedIds(view.times_trained > 0)
+        observed = view.duration_s[self.explored.mask]
+        self.durations = _SortedValues(observed[np.isfinite(observed)])  # T_pref's population, sorted
+        trained = self.trained.ids()
+        self.staleness = _SortedValues(view.utility_round[trained] * np.int64(view.num_clients) + trained)
 
     @staticmethod
     def readonly(a: np.ndarray) -> np.ndarray:

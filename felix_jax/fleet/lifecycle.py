@@ -19,8 +19,6 @@ import dataclasses
 import enum
 import math
 
-import numpy as np
-
 from ..traces import AvailabilityTrace
 
 
@@ -48,18 +46,16 @@ def task_timeline(trace: AvailabilityTrace, client: int, t0: float, work_s: floa
     """Walks the client's state changes from ``t0`` until ``work_s`` of allowed time accrue."""
     if work_s < 0:
         raise ValueError(f"work_s must be >= 0, got {work_s}")
-    cl = np.array([client])
     t = float(t0)
-    state = int(trace.state_at(t, cl)[0])
+    state = trace.state_of(t, client)
     remaining = float(work_s)
     start = first_stop = math.inf
     interruptions = 0
     for _ in range(max_changes):
-        nt_arr, ns_arr = trace.next_change_after(t, cl)
-        nt, ns = float(nt_arr[0]), int(ns_arr[0])
+        nt, ns = trace.next_change_of(t, client)
         if state in allowed and policy is Interruption.RUN_TO_END:
             finish = t + remaining
-            return Timeline(t, finish, _first_leave(trace, cl, t, finish, allowed), 0)
+            return Timeline(t, finish, _first_leave(trace, client, t, finish, allowed), 0)
         if state in allowed:
             start = min(start, t)
             if t + remaining <= nt:
@@ -78,13 +74,12 @@ def task_timeline(trace: AvailabilityTrace, client: int, t0: float, work_s: floa
     raise RuntimeError(f"client {client}: task did not settle within {max_changes} state changes")
 
 
-def _first_leave(trace: AvailabilityTrace, cl: np.ndarray, t: float, until: float, allowed: frozenset[int]) -> float:
+def _first_leave(trace: AvailabilityTrace, client: int, t: float, until: float, allowed: frozenset[int]) -> float:
     """The first time in (t, until) the client moves to a tier outside ``allowed`` (inf if none)."""
     while True:
-        nt_arr, ns_arr = trace.next_change_after(t, cl)
-        nt = float(nt_arr[0])
+        nt, ns = trace.next_change_of(t, client)
         if nt >= until:
             return math.inf
-        if int(ns_arr[0]) not in allowed:
+        if ns not in allowed:
             return nt
         t = nt

@@ -30,8 +30,8 @@ import numpy as np
 
 from .base import SelectionContext, Selector
 from .oort_math import (OortConfig, PacerState, epsilon_schedule, exploit_candidates, exploration_prior,
-                        exploration_window, oort_scores, pacer_input, preferred_duration, sample_by_score,
-                        split_explore_exploit)
+                        exploration_window, oort_scores, pacer_input, preferred_duration,
+                        preferred_duration_sorted, sample_by_score, split_explore_exploit)
 
 _NO_CLIENTS = np.zeros(0, np.int64)
 
@@ -54,17 +54,16 @@ def _durations(view, clients: np.ndarray | None = None) -> np.ndarray:
     return np.where(np.isfinite(observed), observed, view.registered_duration_s[clients])
 
 
-def _t_pref_population(view, t_pref_over: str, explored_all: np.ndarray) -> np.ndarray:
-    """The durations ``T_pref`` is a percentile of.
+def _t_pref(view, t_pref_over: str, threshold: float) -> float:
+    """``T_pref``, a percentile of durations.
 
-    "explored": the observed durations of the explored clients (``explored_all``, their ids);
-    "registered": every client's duration, observed or else registered, where known.
+    "explored": of the observed durations of the explored clients (kept in order by the view);
+    "registered": of every client's duration, observed or else registered, where known.
     """
     if t_pref_over == "explored":
-        observed = view.duration_s[explored_all]
-        return observed[np.isfinite(observed)]
+        return preferred_duration_sorted(view.explored_durations(), threshold)
     durations = _durations(view)
-    return durations[np.isfinite(durations)]
+    return preferred_duration(durations[np.isfinite(durations)], threshold)
 
 
 _BLOCK = 1 << 16  # rows per block of _ids_at_ranks' walk
@@ -122,7 +121,7 @@ def make_oort_selector(config: OortConfig = OortConfig()) -> Selector:
             config.decay_before_use)
         n_explore, n_exploit = split_explore_exploit(int(k), eps, num_unexplored, len(explored),
                                                      config.split_rounding, absorb=config.shortfall == "exploit")
-        t_pref = preferred_duration(_t_pref_population(view, config.t_pref_over, explored_all), pstate.threshold)
+        t_pref = _t_pref(view, config.t_pref_over, pstate.threshold)
 
         def unexplored_rows(start, stop):  # eligible & ~explored, rows [start, stop)
             return np.greater(eligible_mask[start:stop], explored_mask[start:stop])

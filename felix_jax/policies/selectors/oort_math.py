@@ -159,10 +159,20 @@ def preferred_duration(durations, round_threshold_percent: float) -> float:
     at 35%: index 63, not 62.
     """
     d = np.asarray(durations, dtype=np.float64).ravel()
-    if round_threshold_percent >= 100.0 or d.size == 0:
-        return float("inf")
-    i = min(int(d.size * float(round_threshold_percent) / 100.0), d.size - 1)
-    return float(np.partition(d, i)[i])  # sorted(d)[i] in O(n): it runs at every selection
+    i = _t_pref_index(d.size, round_threshold_percent)
+    return float("inf") if i is None else float(np.partition(d, i)[i])  # sorted(d)[i] in O(n)
+
+
+def preferred_duration_sorted(durations, round_threshold_percent: float) -> float:
+    """:func:`preferred_duration` of durations already in ascending order: one lookup."""
+    i = _t_pref_index(len(durations), round_threshold_percent)
+    return float("inf") if i is None else float(durations[i])
+
+
+def _t_pref_index(n: int, round_threshold_percent: float) -> int | None:
+    if round_threshold_percent >= 100.0 or n == 0:
+        return None
+    return min(int(n * float(round_threshold_percent) / 100.0), n - 1)
 
 
 def staleness_bonus(current_round: int, last_round) -> np.ndarray:

@@ -14,7 +14,7 @@ import dataclasses
 import numpy as np
 
 from .base import SelectionContext, Selector
-from .tierselect_math import DEFAULT_MIN_AGE, eval_budget, select_for_eval
+from .tierselect_math import DEFAULT_MIN_AGE, eval_budget, select_for_eval_in_order
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,12 +35,10 @@ class TierSelectEvalConfig:
 def make_tierselect_eval(config: TierSelectEvalConfig = TierSelectEvalConfig()) -> Selector:
     def select(state, ctx: SelectionContext, k: int):
         v = ctx.view
-        # Only the clients that trained at least once can qualify (few, at scale): the selection runs
-        # on their rows, whose positions are in client-id order, so ties by position are ties by id.
-        trained = v.trained_ids()  # times_trained > 0 (kept by the view)
-        ids = trained[select_for_eval(True, v.tier[trained], v.busy[trained],
-                                      v.utility_round[trained], ctx.round, v.num_clients if k is None else int(k),
-                                      config.min_age)]
+        # Only the clients that trained at least once can qualify: the view keeps them in staleness
+        # order, so the stalest available ones are read off its front (select_for_eval's result).
+        ids = select_for_eval_in_order(v.staleness_order(), v.tier, v.busy, ctx.round,
+                                       v.num_clients if k is None else int(k), config.min_age)
         return ids[ctx.eligible[ids]].astype(np.int64), state
 
     return Selector("tierselect-eval", lambda: None, select)

@@ -13,7 +13,7 @@ import numpy as np
 
 from ...traces.availability import Tier
 
-__all__ = ["DEFAULT_MIN_AGE", "eval_budget", "eval_eligible", "select_for_eval"]
+__all__ = ["DEFAULT_MIN_AGE", "eval_budget", "eval_eligible", "select_for_eval", "select_for_eval_in_order"]
 
 DEFAULT_MIN_AGE = 35  # rounds, the FeLiX code
 
@@ -46,3 +46,29 @@ def select_for_eval(trained_once, tier, busy, utility_round, current_round: int,
         idx = idx[np.argpartition(key, budget - 1)[:budget]] if budget else idx[:0]
     order = np.lexsort((idx, np.asarray(utility_round)[idx]))
     return idx[order]
+
+
+def select_for_eval_in_order(staleness_keys, tier, busy, current_round: int, budget: int,
+                             min_age: int = DEFAULT_MIN_AGE) -> np.ndarray:
+    """:func:`select_for_eval` over the trained clients given in staleness order.
+
+    ``staleness_keys``: ascending keys ``utility_round * N + id`` of the clients that trained at
+    least once (``N = len(tier)``), as ``ClientMap.staleness_order`` keeps them. The old-enough
+    clients are a prefix of that order; it is read in growing chunks until ``budget`` of them are
+    available and idle, so the cost is the clients passed over plus the budget, not the number
+    of clients that trained. Same ids, in the same order, as ``select_for_eval``.
+    """
+    keys = np.asarray(staleness_keys, np.int64)
+    n = np.int64(len(tier))
+    budget = max(int(budget), 0)
+    old_enough = int(np.searchsorted(keys, (np.int64(current_round) - min_age + 1) * n, side="left"))
+    picked, found, start, chunk = [], 0, 0, max(2 * budget, 256)
+    while found < budget and start < old_enough:
+        ids = keys[start:min(start + chunk, old_enough)] % n
+        t = tier[ids]
+        ok = ids[((t == int(Tier.AVL_TRAIN)) | (t == int(Tier.AVL_EVAL))) & ~busy[ids]]
+        picked.append(ok[:budget - found])
+        found += len(picked[-1])
+        start += chunk
+        chunk *= 2
+    return np.concatenate(picked) if picked else np.zeros(0, np.int64)
