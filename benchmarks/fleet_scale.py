@@ -14,6 +14,9 @@ the same population and seed made the same selections (a check that a speed-up c
 
     python benchmarks/fleet_scale.py                              # 10^3 .. 10^6, c = min(N/10, 10^4)
     python benchmarks/fleet_scale.py --populations 1000 100000 --concurrency 100 --out scale.json
+
+It also times loading a FedScale-format availability trace (a synthetic ``client_behave_trace``
+pickle of ``--fedscale-clients`` devices, 10^5 by default) in a process of its own, with its peak RSS.
 """
 
 from __future__ import annotations
@@ -83,6 +86,38 @@ def measure(num_clients: int, concurrency: int, aggregations: int, strategy: str
     }
 
 
+def fedscale_pickle(path: str, num_clients: int, seed: int = 0) -> dict:
+    """A FedScale-format ``client_behave_trace`` pickle of ``num_clients`` synthetic devices (FedScale's
+    schema: per client ``active`` / ``inactive`` lists, ``finish_time``, ``duration``, ``model``; 1-40
+    online intervals in a period of 2-7 days, about the shape of its 107,749-device trace)."""
+    import pickle
+
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    data, intervals = {}, 0
+    for cid in range(1, num_clients + 1):
+        period = float(rng.uniform(2, 7) * 86_400)
+        k = int(rng.integers(1, 41))
+        edges = np.sort(rng.uniform(0, period, 2 * k))
+        data[cid] = {"duration": period, "active": edges[0::2].tolist(), "inactive": edges[1::2].tolist(),
+                     "finish_time": period, "model": "synthetic"}
+        intervals += k
+    with open(path, "wb") as f:
+        pickle.dump(data, f, protocol=4)
+    return {"clients": num_clients, "intervals": intervals, "file_mb": os.path.getsize(path) / 2 ** 20}
+
+
+def measure_fedscale_load(path: str) -> dict:
+    """Loads a FedScale trace in this process: seconds, rows, peak RSS."""
+    from felix_jax.traces import load_fedscale_trace
+
+    t0 = time.perf_counter()
+    trace = load_fedscale_trace(path)
+    return {"load_s": time.perf_counter() - t0, "clients": trace.num_clients, "rows": trace.num_rows,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--populations", type=int, nargs="+", default=[1_000, 10_000, 100_000, 1_000_000])
@@ -92,8 +127,14 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None, help="JSON file for the rows")
     ap.add_argument("--dataset", default=None, help="data set (default: the 8x8 digits, written to a temp .npz)")
+    ap.add_argument("--fedscale-clients", type=int, nargs="*", default=[100_000],
+                    help="also time loading a synthetic FedScale-format trace of this many clients (none: skip)")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # child process: one population
+    ap.add_argument("--load-fedscale", default=None, help=argparse.SUPPRESS)  # child process: one trace load
     args = ap.parse_args(argv)
+    if args.load_fedscale:
+        print(json.dumps(measure_fedscale_load(args.load_fedscale)))
+        return 0
     if args.one:
         n = args.populations[0]
         print(json.dumps(measure(n, args.concurrency, args.aggregations, args.strategy, args.seed, args.dataset)))
@@ -115,9 +156,23 @@ def main(argv=None) -> int:
               f"selection ms={r['selection_ms_mean']:7.3f} build s={r['build_s']:6.1f} "
               f"peak RSS MB={r['peak_rss_mb']:7.0f} compilations={r['compilations']} "
               f"dispatches sha1={r['dispatch_sha1'][:12]}", flush=True)
+    loads = []
+    for n in args.fedscale_clients:  # each load in its own process: its peak RSS is the loader's
+        path = os.path.join(tmp.name, f"fedscale_{n}.pkl")
+        made = fedscale_pickle(path, n, args.seed)
+        out = subprocess.run([sys.executable, os.path.abspath(__file__), "--load-fedscale", path],
+                             capture_output=True, text=True)
+        if out.returncode:
+            sys.stderr.write(out.stderr)
+            return out.returncode
+        loads.append({**made, **json.loads(out.stdout.strip().splitlines()[-1])})
+        r = loads[-1]
+        print(f"FedScale trace: {n:>9,} clients, {r['intervals']:,} intervals ({r['file_mb']:.0f} MB pickle): "
+              f"loaded in {r['load_s']:.1f} s, {r['rows']:,} rows, peak RSS MB={r['peak_rss_mb']:.0f}", flush=True)
+        os.remove(path)
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"rows": rows, "argv": sys.argv[1:]}, f, indent=2)
+            json.dump({"rows": rows, "fedscale_loads": loads, "argv": sys.argv[1:]}, f, indent=2)
     return 0
 
 

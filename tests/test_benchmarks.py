@@ -29,3 +29,17 @@ def test_eval_batching_checks_the_batched_runs_against_the_eager_one(tmp_path):
                                          "--set", "target_accuracy=none", "--json", str(tmp_path / "e.json")])
     eager, batched = result["rows"][-1], result["rows"][0]
     assert batched["same_results"] and batched["test_eval_calls"] == 3 and eager["test_eval_calls"] == 9
+
+
+def test_fleet_scale_reports_a_population_and_a_fedscale_load(tmp_path):
+    import json
+
+    out = tmp_path / "scale.json"
+    assert load("fleet_scale").main(["--populations", "500", "--aggregations", "2", "--fedscale-clients", "300",
+                                     "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    (row,) = report["rows"]
+    assert row["num_clients"] == 500 and row["aggregations"] == 2 and row["host_ms_per_event"] > 0
+    assert len(row["dispatch_sha1"]) == 40 and row["compilations"] > 0
+    (trace,) = report["fedscale_loads"]
+    assert trace["clients"] == 300 and trace["rows"] >= 300 and trace["load_s"] > 0
