@@ -100,6 +100,11 @@ def test_t_pref_index_is_the_peers_int_of_n_times_threshold():
     assert oort.preferred_duration(np.arange(1.0, 11.0), 10) == 2.0  # int(1.0) = 1 -> 2
     assert oort.preferred_duration(np.arange(1.0, 11.0), 99.9) == 10.0  # int(9.99) = 9 -> 10
     assert oort.preferred_duration([], 30) == math.inf
+    # the same index on durations already sorted (the view keeps them so): one lookup
+    assert oort.preferred_duration_sorted(np.arange(1.0, 181.0), 35) == 64.0
+    assert oort.preferred_duration_sorted(np.arange(1.0, 11.0), 99.9) == 10.0
+    assert oort.preferred_duration_sorted(np.arange(1.0, 11.0), 100) == math.inf
+    assert oort.preferred_duration_sorted(np.zeros(0), 30) == math.inf
 
 
 def _ctx(view, rnd=1, seed=0, eligible=None):

@@ -209,12 +209,19 @@ def test_eval_selection_stalest_first_and_filters():
     # age exactly min_age is old enough: client 5 at round 115
     assert 5 in ts.select_for_eval(trained, tier, busy, last, 115, budget=15)
     assert 5 not in ts.select_for_eval(trained, tier, busy, last, 114, budget=15)
+    # the same from the staleness order the view keeps: keys round * N + id of the trained clients,
+    # 0:10*8+0=80, 1:0*8+1=1, 2:2, 3:3, 5:645, 6:86, 7:47 -> ascending 1, 2, 3, 47, 80, 86, 645
+    keys = np.array([1, 2, 3, 47, 80, 86, 645])
+    np.testing.assert_array_equal(ts.select_for_eval_in_order(keys, tier, busy, 100, 15), [1, 7, 0, 6])
+    np.testing.assert_array_equal(ts.select_for_eval_in_order(keys, tier, busy, 100, 3), [1, 7, 0])
+    assert ts.select_for_eval_in_order(keys, tier, busy, 100, 0).size == 0
+    assert 5 in ts.select_for_eval_in_order(keys, tier, busy, 115, 15)
+    assert 5 not in ts.select_for_eval_in_order(keys, tier, busy, 114, 15)
 
 
 @pytest.mark.parametrize("seed", range(20))
 def test_partitioned_selections_equal_the_full_sorts(seed):
-    """select_for_eval's budget cut and T_pref's order statistic use partitions: the same results as
-    sorting everything."""
+    """select_for_eval's budget cut and T_pref's order statistic equal sorting everything."""
     from felix_jax.policies.selectors.oort_math import preferred_duration
     from felix_jax.policies.selectors.tierselect_math import eval_eligible, select_for_eval
 

@@ -184,8 +184,11 @@ def test_one_client_queries_equal_the_vectorised_ones():
                     one_t, one_s = tr.next_change_of(t, c)
                     assert (one_t, one_s) == (float(nt[i]), int(ns[i])), (tr.beyond_end, c, t)
     tr = _small_trace()
-    with pytest.raises(ValueError, match="client index"):
-        tr.next_change_of(1.0, 4)
+    for t2 in (tr, tr.with_beyond_end("repeat")):
+        for query in (t2.next_change_of, t2.state_of):
+            for bad in (4, -1):
+                with pytest.raises(ValueError, match="client index"):
+                    query(1.0, bad)
     with pytest.raises(ValueError, match="query times"):
         tr.state_of(float("nan"), 0)
 

@@ -477,10 +477,14 @@ class AvailabilityTrace:
     # One client at a time: the same answers as ``state_at`` / ``next_change_after`` (the same
     # float64 operations), without the cost of broadcasting arrays of one element. The simulator
     # asks these at every dispatch, so they are on the hot path.
-    def _rows_of(self, client: int, t: float) -> tuple[int, int, int]:
-        """``(first, end, j)``: the client's compact rows and the first one with time > ``t``."""
+    def _check_client(self, client) -> int:
+        client = int(client)
         if not 0 <= client < self.num_clients:
             raise ValueError(f"client index must lie in [0, {self.num_clients}), got {client}")
+        return client
+
+    def _rows_of(self, client: int, t: float) -> tuple[int, int, int]:
+        """``(first, end, j)``: the (checked) client's compact rows and the first one with time > ``t``."""
         first, end = int(self._co[client]), int(self._co[client + 1])
         return first, end, first + int(np.searchsorted(self._ct[first:end], t, side="right"))
 
@@ -493,23 +497,23 @@ class AvailabilityTrace:
 
     def state_of(self, t: float, client: int) -> int:
         """``state_at(t, [client])[0]`` as an int."""
-        t = self._check_time(t)
+        t, client = self._check_time(t), self._check_client(client)
         if self.beyond_end == "repeat":
             t = np.mod(t, self._period[client])
-        return int(self._cs[self._rows_of(int(client), t)[2] - 1])
+        return int(self._cs[self._rows_of(client, t)[2] - 1])
 
     def next_change_of(self, t: float, client: int) -> tuple[float, int]:
         """``next_change_after(t, [client])`` for one client: ``(time_s, new_state)`` as Python scalars."""
-        t = self._check_time(t)
+        t, client = self._check_time(t), self._check_client(client)
         ct, cs = self._ct, self._cs
         if self.beyond_end == "hold":
-            first, end, j = self._rows_of(int(client), t)
+            first, end, j = self._rows_of(client, t)
             if j < end:
                 return float(ct[j]), int(cs[j])
             return float("inf"), int(cs[j - 1])
         period = self._period[client]
         k, local = np.divmod(t, period)
-        first, end, j = self._rows_of(int(client), local)
+        first, end, j = self._rows_of(client, local)
         if j < end:
             time, state = k * period + ct[j], cs[j]
         elif cs[first] != cs[end - 1]:  # the wrap to the t=0 state is a change

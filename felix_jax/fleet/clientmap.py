@@ -95,7 +95,9 @@ class ClientMap:
         if index.trained.add(client):
             index.staleness.add(int(self.utility_round[client]) * self.num_clients + client)
 
-    # -- reads: maintained, O(changes) per event instead of passes over all N rows -----------------
+    # -- reads: maintained, O(changes) per event instead of passes over all N rows. They return
+    # read-only views of the maintained sets, current until the next write to the map: a caller
+    # that keeps one past that copies it. ---------------------------------------------------------
     def trainable(self, current_round: int, once_per_round: bool) -> np.ndarray:
         """Clients a training selector may pick now (believed AVL_TRAIN and idle): (N,) bool, read-only."""
         index = self._index()
@@ -183,23 +185,18 @@ class _SortedIds:
 
     def __init__(self, mask: np.ndarray):
         self.mask = mask
-        self._ids = np.flatnonzero(mask)
-        self._new: list[int] = []
+        self._ids = _SortedValues(np.flatnonzero(mask))
 
     def add(self, client: int) -> bool:
         """Adds ``client``; True if it was not in the set."""
         if self.mask[client]:
             return False
         self.mask[client] = True
-        self._new.append(int(client))
+        self._ids.add(client)
         return True
 
     def ids(self) -> np.ndarray:
-        if self._new:  # a few new ids at a time: inserted in order, O(size) memmove
-            new = np.sort(np.asarray(self._new, np.int64))
-            self._ids = np.insert(self._ids, np.searchsorted(self._ids, new), new)
-            self._new = []
-        return self._ids
+        return self._ids.values()
 
 
 class _SortedValues:
@@ -230,6 +227,7 @@ class _SortedValues:
         self._n = n - 1
 
     def values(self) -> np.ndarray:
+        """Read-only, and live: the next write to the set shows through it (as with the view's masks)."""
         return _Index.readonly(self._buf[:self._n])
 
 

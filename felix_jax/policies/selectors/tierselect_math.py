@@ -40,12 +40,8 @@ def select_for_eval(trained_once, tier, busy, utility_round, current_round: int,
     its latest utility report); all arrays are (N,) indexed by client id.
     """
     idx = np.flatnonzero(eval_eligible(trained_once, tier, busy, utility_round, current_round, min_age))
-    budget = max(int(budget), 0)
-    if budget < idx.size:  # the budget's stalest only: (round, id) as one key, unique, partitioned in O(n)
-        key = np.asarray(utility_round, np.int64)[idx] * np.int64(len(np.asarray(tier))) + idx
-        idx = idx[np.argpartition(key, budget - 1)[:budget]] if budget else idx[:0]
     order = np.lexsort((idx, np.asarray(utility_round)[idx]))
-    return idx[order]
+    return idx[order][: max(int(budget), 0)]
 
 
 def select_for_eval_in_order(staleness_keys, tier, busy, current_round: int, budget: int,
@@ -64,9 +60,8 @@ def select_for_eval_in_order(staleness_keys, tier, busy, current_round: int, bud
     old_enough = int(np.searchsorted(keys, (np.int64(current_round) - min_age + 1) * n, side="left"))
     picked, found, start, chunk = [], 0, 0, max(2 * budget, 256)
     while found < budget and start < old_enough:
-        ids = keys[start:min(start + chunk, old_enough)] % n
-        t = tier[ids]
-        ok = ids[((t == int(Tier.AVL_TRAIN)) | (t == int(Tier.AVL_EVAL))) & ~busy[ids]]
+        rounds, ids = np.divmod(keys[start:min(start + chunk, old_enough)], n)
+        ok = ids[eval_eligible(True, tier[ids], busy[ids], rounds, current_round, min_age)]
         picked.append(ok[:budget - found])
         found += len(picked[-1])
         start += chunk
