@@ -100,13 +100,55 @@ def fidelity_table(rows: list[dict], strategies: list[str], regimes: list[str]) 
     return "\n".join(lines)
 
 
-def finished_rows(out: Path) -> list[dict]:
+# scenario fields a cell variant (STRATEGY@KEY=VALUE) may change; a finished cell's label names them
+VARIANT_FIELDS = ("oracle_departure",)
+
+
+def cell_label(config: dict, base: dict) -> str:
+    """A finished cell's strategy label: its strategy, plus ``@KEY=VALUE`` for each variant field
+    whose value differs from the matrix's base scenario."""
+    extra = [f"{k}={config[k]}" for k in VARIANT_FIELDS if k in config and config[k] != base.get(k)]
+    return config["strategy"] + ("@" + ";".join(extra) if extra else "")
+
+
+def _mean_of(summaries: list[dict], key: str, scale: float = 1.0) -> str:
+    vals = [x.get(key) for x in summaries if x.get(key) is not None]
+    return "-" if not vals else f"{np.mean(vals) * scale:.3g}"
+
+
+def diagnostics_table(rows: list[dict], strategies: list[str], regimes: list[str]) -> str:
+    """Markdown, the paper's diagnostics per regime and strategy (means over seeds): the mean utility
+    and duration of the clients a strategy picked for training (Fig. 13), what the eval tier did
+    (Fig. 14: evals per aggregation, on AVL_EVAL / AVL_TRAIN clients, the share of train picks on a
+    utility an eval refreshed, utility age at a pick), the weights of fresh and late updates
+    (Fig. 15), and the interval between aggregations."""
+    lines = ["| regime | strategy | picked U | picked duration s | evals/agg | evals on EVAL / TRAIN | "
+             "picks on eval U | U age P50 / P95 | late share | weight fresh / late | agg interval P50 / P95 s "
+             "| detached |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for rg in regimes:
+        label = REGIMES.get(rg, rg)
+        for st in strategies:
+            s = [r["_summary"] for r in rows if r["strategy"] == st and r["availability"] == rg]
+            if not s:
+                continue
+            m = lambda k, scale=1.0: _mean_of(s, k, scale)  # noqa: E731
+            lines.append(f"| {label} | {st} | {m('picked_utility_mean')} | {m('picked_duration_mean_s')} "
+                         f"| {m('evals_per_aggregation')} | {m('evals_on_avl_eval')} / {m('evals_on_avl_train')} "
+                         f"| {m('train_picks_eval_utility_share')} | {m('utility_age_p50')} / {m('utility_age_p95')} "
+                         f"| {m('late_update_share')} | {m('agg_weight_fresh_mean')} / {m('agg_weight_late_mean')} "
+                         f"| {m('agg_interval_p50_s')} / {m('agg_interval_p95_s')} | {m('detached_tasks')} |")
+    return "\n".join(lines)
+
+
+def finished_rows(out: Path, base: dict | None = None) -> list[dict]:
     """Rows of every finished cell under ``out/runs`` (its config.json and summary.json)."""
     rows = []
+    base = base if base is not None else {}
     for run_dir in sorted((out / "runs").glob("*/summary.json")):
         config = json.loads((run_dir.parent / "config.json").read_text())["scenario"]
         summary = json.loads(run_dir.read_text())
-        rows.append({"strategy": config["strategy"], "availability": config["availability"], "seed": config["seed"],
+        rows.append({"strategy": cell_label(config, base), "availability": config["availability"], "seed": config["seed"],
                      "time_to_target_h": summary["time_to_target_h"], "final_accuracy": summary["final_accuracy"],
                      "run_dir": str(run_dir.parent), "_summary": summary})
     return rows
@@ -119,6 +161,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--regimes", default=",".join(REGIMES))
     ap.add_argument("--ablations", default=",".join(ABLATIONS), help="comma-separated; empty for none")
     ap.add_argument("--ablation-regimes", default=",".join(ABLATION_REGIMES))
+    ap.add_argument("--extra-cell", nargs=2, action="append", default=[], metavar=("STRATEGY", "REGIME"),
+                    help="one more cell per seed, e.g. oort-async-oracle@oracle_departure=free_slot "
+                         "ref:mobiperf_3st_50 (a variant: scenario overrides for that cell only)")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--workers", type=int, default=1, help="cells run at a time (processes)")
     ap.add_argument("--budget-s", type=float, default=float("inf"), help="stop starting cells after this long")
@@ -139,28 +184,32 @@ def main(argv=None) -> dict:
     for sd in seeds:
         cells += [(st, rg, sd) for rg in regimes for st in strategies]
         cells += [(st, rg, sd) for rg in ablation_regimes for st in ablations]
+        cells += [(st, rg, sd) for st, rg in args.extra_cell]
     out = Path(args.out)
+    every = list(dict.fromkeys(strategies + ablations + [st for st, _ in args.extra_cell]))
+    all_regimes = list(dict.fromkeys(regimes + ablation_regimes + [rg for _, rg in args.extra_cell]))
     if args.table_only:
-        rows = finished_rows(out)
-        table = fidelity_table(rows, strategies + [a for a in ablations if a not in strategies],
-                               list(dict.fromkeys(regimes + ablation_regimes)))
-        print(table)
-        (out / "table.md").write_text(table + "\n")
-        return {"rows": rows, "table": table}
+        rows = finished_rows(out, base.to_json())
+        table = fidelity_table(rows, every, all_regimes)
+        diagnostics = diagnostics_table(rows, every, all_regimes)
+        print(table + "\n\n" + diagnostics)
+        (out / "table.md").write_text(table + "\n\n" + diagnostics + "\n")
+        return {"rows": rows, "table": table, "diagnostics": diagnostics}
     t0 = time.perf_counter()
     rows = run_matrix(base, [], [], [], out, progress=False, workers=args.workers, cells=cells,
                       deadline=time.time() + args.budget_s, plot=False, cell_budget_s=args.cell_budget_s)
     finished = {(r["strategy"], r["availability"], r["seed"]) for r in rows}
     skipped = [f"{st}/{rg}/seed{sd}" for st, rg, sd in cells if (st, rg, sd) not in finished]
-    every = strategies + [a for a in ablations if a not in strategies]
-    table = fidelity_table(rows, every, list(dict.fromkeys(regimes + ablation_regimes)))
-    print(table)
+    table = fidelity_table(rows, every, all_regimes)
+    diagnostics = diagnostics_table(rows, every, all_regimes)
+    print(table + "\n\n" + diagnostics)
     if skipped:
         print(f"not run within the {args.budget_s:.0f} s budget: {', '.join(skipped)}")
     out.mkdir(parents=True, exist_ok=True)
-    (out / "table.md").write_text(table + "\n")
+    (out / "table.md").write_text(table + "\n\n" + diagnostics + "\n")
     result = {"scenario": base.to_json(), "backend": jax.default_backend(), "device": str(jax.devices()[0]),
               "rows": [{k: v for k, v in r.items() if k != "_summary"} for r in rows], "table": table,
+              "diagnostics": diagnostics,
               "skipped": skipped, "wall_s": time.perf_counter() - t0}
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2, default=str))

@@ -38,6 +38,17 @@ def _print_listing() -> None:
     from .experiment.registry import AVAILABILITY, DEVICE_PROFILES, MODELS
     from .policies import AGGREGATOR_OPTIONS, SELECTOR_OPTIONS
 
+    import dataclasses
+    import typing
+
+    from .experiment import Scenario
+
+    print("scenario fields (--set FIELD=V or a JSON file of fields; type = default):")
+    hints = typing.get_type_hints(Scenario)
+    for f in dataclasses.fields(Scenario):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        kind = getattr(hints[f.name], "__name__", None) or str(hints[f.name]).replace("typing.", "")
+        print(f"  {f.name:<20} {kind} = {default!r}")
     print("presets:")
     for name, sc in PRESETS.items():
         print(f"  {name:<16} {sc.dataset}, {sc.model}, {sc.num_clients} clients, strategy {sc.strategy}, "

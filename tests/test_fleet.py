@@ -64,20 +64,23 @@ def test_client_that_never_returns_never_finishes():
 
 # ---------------------------------------------------------------- simulator
 def make_sim(trace, delays, *, mode="async", knowledge="none", concurrency=2, goal=1, overcommit=1.0,
-             aggregator="fedbuff", max_aggregations=5, max_s=10_000.0, timeout_s=90.0, seed=0):
+             aggregator="fedbuff", max_aggregations=5, max_s=10_000.0, timeout_s=90.0, seed=0,
+             oracle_departure="keep_slot", eval_selector=None, eval_budget=0, sees_eval_tier=False):
     n = trace.num_clients
     ds = make_image_dataset(num_train=40 * n, num_test=16)
     data = to_device(ds, partition_from_counts(40 * n, np.full(n, 40), seed=0))
     engine = CohortEngine(MODEL, data, LocalTrainConfig(batch_size=16, mode="steps", local_steps=1))
     cfg = FleetConfig(mode=mode, knowledge=knowledge, concurrency=concurrency, aggregation_goal=goal,
-                      overcommit=overcommit, timeout_s=timeout_s)
+                      overcommit=overcommit, timeout_s=timeout_s, oracle_departure=oracle_departure,
+                      sees_eval_tier=sees_eval_tier)
     return FleetSimulator(
         model=MODEL, engine=engine, trace=trace,
         profile=DeviceProfile(np.asarray(delays, float), np.ones(n), np.full(n, np.inf), np.full(n, np.inf)),
         test=held_out_to_device(ds), init_params=MODEL.init(jax.random.key(0)), config=cfg,
         selector=make_selector("random"), aggregator=make_aggregator(aggregator),
         mode=SyncMode() if mode == "sync" else AsyncMode(),
-        stop=StopRule(max_aggregations=max_aggregations, max_virtual_s=max_s), seed=seed)
+        stop=StopRule(max_aggregations=max_aggregations, max_virtual_s=max_s), seed=seed,
+        eval_selector=eval_selector, eval_budget=eval_budget)
 
 
 ALWAYS2 = trace_of([(0, T)], [(0, T)])

@@ -21,7 +21,8 @@ from felix_jax.policies.selectors.oort import make_oort_selector
 
 
 def test_variants_are_named_and_take_overrides():
-    assert set(oort.OORT_VARIANTS) == {"felix", "fedscale", "original_repo"}
+    assert set(oort.OORT_VARIANTS) == {"felix", "fedscale", "fedscale_async", "original_repo"}
+    assert oort.OORT_VARIANTS["fedscale_async"]() == oort.OortConfig.fedscale(split_rounding="binomial_explore")
     assert oort.OORT_VARIANTS["felix"]() == oort.OortConfig()
     assert oort.OORT_VARIANTS["fedscale"](exploration_min=0.25).exploration_min == 0.25
     assert oort.OORT_VARIANTS["original_repo"](cut_off=0.5).cut_off == 0.5

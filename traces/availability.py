@@ -620,6 +620,54 @@ class AvailabilityTrace:
             client_duration_s=None,
         )
 
+    def shifted(self, start_s: float) -> "AvailabilityTrace":
+        """The trace as seen from ``start_s`` on: the result's state at ``t`` is this trace's state at
+        ``t + start_s``, for every client and every ``t >= 0``, under the same end-of-trace policy.
+
+        ``hold``: the rows after ``start_s`` move back by ``start_s``, each client's state at
+        ``start_s`` becomes its row at 0, and the trace (and per-client) end moves back too (to 0
+        at the latest). ``repeat``: each client's period is rotated by ``start_s mod period``
+        (the period itself is kept), so the result repeats exactly as this trace does. Rows are
+        the compacted changes (tie groups and repeated states already folded).
+        """
+        s = float(start_s)
+        if not (math.isfinite(s) and s >= 0):
+            raise ValueError(f"start_s must be a finite number of seconds >= 0, got {start_s!r}")
+        if s == 0 or self.num_clients == 0:
+            return self
+        n = self.num_clients
+        ct, cs, co = self._ct, self._cs, self._co
+        row_client = np.repeat(np.arange(n, dtype=np.int64), np.diff(co))
+        init = self.state_at(s)  # each client's state at start_s (the same float ops as any query)
+        if self.beyond_end == "hold":
+            after = ct > s
+            parts = [(np.arange(n, dtype=np.int64), np.zeros(n), init), (row_client[after], ct[after] - s, cs[after])]
+            duration = max(self.duration_s - s, 0.0)
+            client_duration = (None if self.client_duration_s is None
+                               else np.maximum(self.client_duration_s - s, 0.0))
+        else:
+            phase = np.mod(s, self._period)  # (N,) start_s within each client's period, as state_at takes it
+            row_phase, row_period = phase[row_client], self._period[row_client]
+            after, before = ct > row_phase, ct < row_phase
+            parts = [(np.arange(n, dtype=np.int64), np.zeros(n), init),
+                     (row_client[after], ct[after] - row_phase[after], cs[after]),
+                     (row_client[before], ct[before] + (row_period[before] - row_phase[before]), cs[before])]
+            duration, client_duration = self.duration_s, self.client_duration_s
+        clients = np.concatenate([p[0] for p in parts])
+        order = np.argsort(clients, kind="stable")  # per client: the row at 0, then later rows in time order
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(clients, minlength=n), out=offsets[1:])
+        return AvailabilityTrace(
+            num_clients=n,
+            times=np.concatenate([p[1] for p in parts])[order],
+            states=np.concatenate([p[2] for p in parts]).astype(np.int8)[order],
+            offsets=offsets,
+            duration_s=duration,
+            beyond_end=self.beyond_end,
+            client_duration_s=client_duration,
+            client_ids=self.client_ids,
+        )
+
     def with_beyond_end(self, beyond_end: BeyondEnd) -> "AvailabilityTrace":
         """Same rows with another end-of-trace policy ("hold" or "repeat")."""
         return dataclasses.replace(self, beyond_end=beyond_end)

@@ -31,7 +31,21 @@ SUMMARY_COLUMNS = ["strategy", "scenario", "availability", "seed", "time_to_targ
 
 
 def cell_dir(out: Path, strategy: str, regime: str, seed: int) -> Path:
-    return out / "runs" / f"{strategy}-{regime.replace(':', '_')}-seed{seed}"
+    name = strategy.replace("@", "+").replace("=", "-").replace(";", "+")  # a variant's label too
+    return out / "runs" / f"{name}-{regime.replace(':', '_')}-seed{seed}"
+
+
+def parse_cell_strategy(spec: str) -> tuple[str, dict[str, str]]:
+    """A matrix cell's strategy: ``NAME`` or a variant ``NAME@KEY=VALUE;KEY=VALUE`` (scenario
+    overrides of that cell only, e.g. ``oort-async-oracle@oracle_departure=free_slot``)."""
+    name, _, rest = spec.partition("@")
+    overrides = {}
+    for item in filter(None, (x.strip() for x in rest.split(";"))):
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise ValueError(f"cell strategy {spec!r}: expected NAME@KEY=VALUE[;KEY=VALUE]")
+        overrides[key.strip()] = value.strip()
+    return name.strip(), overrides
 
 
 def _finished_row(sc: Scenario, run_dir: Path) -> dict | None:
@@ -52,8 +66,8 @@ def _run_cell(sc: Scenario, run_dir: Path, progress: bool, deadline: float = mat
     return run(sc, run_dir, progress=progress, plot=plot, wall_budget_s=cell_budget_s).summary
 
 
-def _row(sc: Scenario, base: Scenario, summary: dict, run_dir: Path) -> dict:
-    return {"strategy": sc.strategy, "scenario": base.name, "availability": sc.availability, "seed": sc.seed,
+def _row(sc: Scenario, base: Scenario, summary: dict, run_dir: Path, label: str | None = None) -> dict:
+    return {"strategy": label or sc.strategy, "scenario": base.name, "availability": sc.availability, "seed": sc.seed,
             **{k: summary.get(k) for k in SUMMARY_COLUMNS if k in summary}, "run_dir": str(run_dir), "_summary": summary}
 
 
@@ -73,15 +87,19 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
     finished on resume).
     """
     todo = cells if cells is not None else [(st, rg, sd) for rg in regimes for st in strategies for sd in seeds]
-    scenarios = [base.with_overrides({"strategy": st, "availability": rg, "seed": sd}) for st, rg, sd in todo]
+    scenarios = []
+    for spec, rg, sd in todo:  # a cell's strategy may be a variant NAME@KEY=VALUE (parse_cell_strategy)
+        name, extra = parse_cell_strategy(spec)
+        scenarios.append(base.with_overrides({**extra, "strategy": name, "availability": rg, "seed": sd}))
+    labels = [spec for spec, _, _ in todo]
     rows: list[dict | None] = [None] * len(todo)
     pending = []
     for i, sc in enumerate(scenarios):
-        run_dir = cell_dir(out, sc.strategy, sc.availability, sc.seed)
+        run_dir = cell_dir(out, labels[i], sc.availability, sc.seed)
         done = _finished_row(sc, run_dir) if resume else None
         if done is not None:
-            rows[i] = _row(sc, base, done, run_dir)
-            log(f"[{i + 1}/{len(todo)}] {sc.strategy} on {sc.availability}, seed {sc.seed}: finished earlier, kept")
+            rows[i] = _row(sc, base, done, run_dir, labels[i])
+            log(f"[{i + 1}/{len(todo)}] {labels[i]} on {sc.availability}, seed {sc.seed}: finished earlier, kept")
         else:
             pending.append(i)
     if workers <= 1:
@@ -94,12 +112,12 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
         try:
             for i in pending:
                 sc = scenarios[i]
-                log(f"[{i + 1}/{len(todo)}] {sc.strategy} on {sc.availability}, seed {sc.seed}")
+                log(f"[{i + 1}/{len(todo)}] {labels[i]} on {sc.availability}, seed {sc.seed}")
                 if cells_bar is not None:
-                    cells_bar.set_postfix_str(f"{sc.strategy}/{sc.availability}/seed{sc.seed}")
-                run_dir = cell_dir(out, sc.strategy, sc.availability, sc.seed)
+                    cells_bar.set_postfix_str(f"{labels[i]}/{sc.availability}/seed{sc.seed}")
+                run_dir = cell_dir(out, labels[i], sc.availability, sc.seed)
                 summary = _run_cell(sc, run_dir, progress, deadline, plot, cell_budget_s)
-                rows[i] = None if summary is None else _row(sc, base, summary, run_dir)
+                rows[i] = None if summary is None else _row(sc, base, summary, run_dir, labels[i])
                 if cells_bar is not None:
                     cells_bar.update(1)
         finally:
@@ -110,19 +128,19 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = {pool.submit(_run_cell, scenarios[i], cell_dir(out, scenarios[i].strategy,
+            futures = {pool.submit(_run_cell, scenarios[i], cell_dir(out, labels[i],
                                    scenarios[i].availability, scenarios[i].seed), False, deadline, plot,
                                    cell_budget_s): i
                        for i in pending}
             for n, fut in enumerate(as_completed(futures), 1):
                 i = futures[fut]
                 sc = scenarios[i]
-                run_dir = cell_dir(out, sc.strategy, sc.availability, sc.seed)
+                run_dir = cell_dir(out, labels[i], sc.availability, sc.seed)
                 summary = fut.result()
                 if summary is None:
                     continue
-                rows[i] = _row(sc, base, summary, run_dir)
-                log(f"[{n}/{len(pending)} run] {sc.strategy} on {sc.availability}, seed {sc.seed}: "
+                rows[i] = _row(sc, base, summary, run_dir, labels[i])
+                log(f"[{n}/{len(pending)} run] {labels[i]} on {sc.availability}, seed {sc.seed}: "
                     f"{rows[i]['stop_reason']}")
     done = [r for r in rows if r is not None]
     write_summary_csv(done, out)

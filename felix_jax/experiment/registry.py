@@ -69,15 +69,22 @@ def is_file_name(name: str) -> bool:
 
 
 def make_trace(name: str, num_clients: int, seed: int, slot_s: float = 600.0,
-               horizon_s: float = 86400.0) -> AvailabilityTrace:
+               horizon_s: float = 86400.0, start_s: float = 0.0) -> AvailabilityTrace:
     """The regime's trace; ``slot_s`` sets the slot length of the synthetic regimes (paper: 600 s)
     and ``horizon_s`` how long a run may last (synthetic slots are drawn independently up to it).
+    ``start_s`` maps the run's time 0 to that time of the trace (:meth:`AvailabilityTrace.shifted`:
+    the trace's repeat / hold semantics are kept), for every source; synthetic slots are then drawn
+    up to ``start_s + horizon_s``.
 
     A file name loads a user's trace by extension: ``.csv`` / ``.npz`` (the interval
     formats of :mod:`felix_jax.traces.loaders`), ``.json`` / ``.pkl`` (FedScale's client
     behaviour format, read without unpickling code). A trace with fewer clients than
     the scenario is reused cyclically, like the reference traces.
     """
+    return _load_trace(name, num_clients, seed, slot_s, horizon_s + start_s).shifted(start_s)
+
+
+def _load_trace(name: str, num_clients: int, seed: int, slot_s: float, horizon_s: float) -> AvailabilityTrace:
     if name.startswith("ref:"):
         return _cycle(load_reference_trace(name[4:]), num_clients)
     if is_file_name(name):

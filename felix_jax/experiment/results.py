@@ -151,6 +151,8 @@ def summarize(record: RunRecord, seed: int, batches: dict) -> dict:
     }
     _compiles["at_last_summary"] = _compiles["total"]
     out.update(record.accounting.summary())
+    out["evals_per_aggregation"] = (record.accounting.dispatched_eval / out["aggregations"]
+                                    if out["aggregations"] else None)
     return out
 
 

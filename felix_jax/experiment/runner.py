@@ -92,13 +92,13 @@ def build_simulator(sc: Scenario, on_checkpoint=None) -> FleetSimulator:
     engine = CohortEngine(model, data, train_cfg, eval_cfg, seed=sc.seed, plan=sc.plan, devices=sc.devices,
                           streams=streams)
     trace = make_trace(sc.availability, sc.num_clients, int(seeds[1].generate_state(1)[0]), sc.slot_s,
-                       sc.max_virtual_hours * 3600)
+                       sc.max_virtual_hours * 3600, start_s=sc.trace_start_s)
     profile = make_profile(sc.device_profile, sc.num_clients, int(seeds[2].generate_state(1)[0]))
     fleet_cfg = FleetConfig(mode=strategy.mode, knowledge=strategy.knowledge, concurrency=sc.concurrency,
                             aggregation_goal=sc.aggregation_goal, overcommit=sc.overcommit, timeout_s=sc.timeout_s,
                             interruption=sc.interruption, sees_eval_tier=strategy.eval_selector is not None,
                             server_optimizer=sc.server_optimizer, timeout_frees_slot=sc.timeout_frees_slot,
-                            utility_from=sc.utility_from)
+                            utility_from=sc.utility_from, oracle_departure=sc.oracle_departure)
     aggregator = make_aggregator(strategy.aggregator, resolved.aggregator)
     stop = StopRule(target_accuracy=sc.target_accuracy, max_virtual_s=sc.max_virtual_hours * 3600,
                     max_aggregations=sc.max_aggregations, eval_every=sc.eval_every,

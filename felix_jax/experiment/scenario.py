@@ -50,6 +50,9 @@ class Scenario:
     # fleet
     availability: str = "avail100"  # see felix_jax.experiment.registry.AVAILABILITY
     slot_s: float = 600.0  # slot length of the synthetic regimes avail90 / avail50 (paper: 600 s)
+    # the trace time the run starts at: run time t reads the availability trace at trace_start_s + t
+    # (every source; repeat / hold kept). The recorded traces hold everyone available over [0, 600 s)
+    trace_start_s: float = 0.0
     device_profile: str = "paper_halfnormal"
     strategy: str = "fedbuff"
     plugins: str = ""  # comma-separated .py files or modules that register policies (felix_jax.plugins)
@@ -65,6 +68,10 @@ class Scenario:
     server_optimizer: str = "sgd"  # sgd | adam (FedAdam) | yogi (FedYogi), optax transformations (eta: aggregator.server_lr)
     timeout_s: float = 90.0  # the server's timer per task; inf disables it
     timeout_frees_slot: bool = False  # async: a timed-out task frees its slot (FeLiX code: the slot stays taken)
+    # oracle knowledge, a client leaving mid-task: keep_slot (the task holds its slot until its reply or
+    # timeout; the paper's oracle "lacks the mechanism to reactively resample") | free_slot (the server,
+    # knowing the trace, frees the slot at the departure and refills it, as TierTrack does)
+    oracle_departure: str = "keep_slot"
     # task lifecycle when the client leaves the tier: resume (paper: checkpoint and resume) | restart | abandon |
     # run_to_end (FeLiX code: a trainer waits for AVL_TRAIN before starting, then is never pre-empted)
     interruption: str = "resume"
@@ -192,6 +199,7 @@ _CHECKS: tuple[tuple[str, typing.Callable[[typing.Any], bool], str], ...] = (
     ("local_steps", lambda v: v >= 1, ">= 1"),
     ("eval_max_batches", lambda v: v >= 1, ">= 1 (or none for all)"),
     ("slot_s", lambda v: _positive(v) and math.isfinite(v), "a finite number of seconds > 0"),
+    ("trace_start_s", lambda v: v >= 0 and math.isfinite(v), "a finite number of seconds >= 0"),
     ("concurrency", lambda v: v >= 1, ">= 1"),
     ("aggregation_goal", lambda v: v >= 1, ">= 1"),
     ("overcommit", lambda v: v >= 1 and math.isfinite(v), "a finite number >= 1"),
@@ -200,6 +208,7 @@ _CHECKS: tuple[tuple[str, typing.Callable[[typing.Any], bool], str], ...] = (
     ("interruption", lambda v: v in ("resume", "restart", "abandon", "run_to_end"),
      "resume, restart, abandon or run_to_end"),
     ("utility_from", lambda v: v in ("first_batch", "all_steps"), "first_batch or all_steps"),
+    ("oracle_departure", lambda v: v in ("keep_slot", "free_slot"), "keep_slot or free_slot"),
     ("target_accuracy", lambda v: 0 < v <= 1, "in (0, 1] (or none)"),
     ("max_virtual_hours", lambda v: v > 0, "> 0 (inf: no limit)"),
     ("max_aggregations", lambda v: v >= 1, ">= 1"),

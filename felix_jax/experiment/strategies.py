@@ -9,7 +9,11 @@ frozen configs, and a scenario may override any of them
 baselines ran in its code base) unless its options name another variant; the
 ``*-fedscale`` ablations run FedScale's Oort (``OortConfig.fedscale()``: Oort's
 normaliser puts utilities on the scale of its staleness bonus, exploration by a
-prior-ranked window, ...; see :class:`~felix_jax.policies.selectors.oort_math.OortConfig`).
+prior-ranked window, ...; see :class:`~felix_jax.policies.selectors.oort_math.OortConfig`);
+the async one ``OortConfig.fedscale_async()``, whose per-client exploration draw lets a
+one-client refill explore. ``felix-oracle`` is FeLiX with oracle availability instead
+of TierTrack (the paper's Fig. 12); what its oracle does when a client leaves mid-task
+is the scenario's ``oracle_departure``.
 """
 
 from __future__ import annotations
@@ -77,6 +81,7 @@ def resolve_strategy(name: str, selector: Mapping[str, Any] | None = None,
 DEFAULT_EVAL_SELECTOR = "tierselect-eval"
 _N, _O, _T = Knowledge.NONE, Knowledge.ORACLE, Knowledge.TIERTRACK
 _FEDSCALE_OORT = MappingProxyType({"variant": "fedscale"})
+_FEDSCALE_OORT_ASYNC = MappingProxyType({"variant": "fedscale_async"})  # explores at one-client refills
 
 STRATEGIES: dict[str, Strategy] = {
     s.name: s
@@ -106,6 +111,9 @@ STRATEGIES: dict[str, Strategy] = {
                  "FeLiX with TierFuse normalised by the sum of weights (the paper's formula) instead of / K",
                  eval_selector="tierselect-eval", aggregator_options=MappingProxyType({"normalize": True})),
         Strategy("oort-async-tiertrack", "async", _T, "oort", "fedbuff", "OORT+Async with TierTrack availability"),
+        Strategy("felix-oracle", "async", _O, "oort", "tierfuse",
+                 "FeLiX's selectors and TierFuse on oracle availability instead of TierTrack (the paper's Fig. 12)",
+                 eval_selector="tierselect-eval"),
         Strategy("oort-async-step-matched", "async", _N, "oort", "fedbuff",
                  "OORT+Async with FedBuff's relative weights rescaled to TierFuse's total (FeLiX's step size)",
                  aggregator_options=MappingProxyType({"match_step": "tierfuse"})),
@@ -115,7 +123,8 @@ STRATEGIES: dict[str, Strategy] = {
         Strategy("oort-oracle-fedscale", "sync", _O, "oort", "fedavg", "OORT* running FedScale's Oort (normalised U)",
                  selector_options=_FEDSCALE_OORT),
         Strategy("oort-async-oracle-fedscale", "async", _O, "oort", "fedbuff",
-                 "OORT+Async* running FedScale's Oort (normalised U)", selector_options=_FEDSCALE_OORT),
+                 "OORT+Async* running FedScale's Oort (normalised U; each refilled client explores with "
+                 "probability epsilon)", selector_options=_FEDSCALE_OORT_ASYNC),
     ]
 }
 

@@ -29,10 +29,20 @@ class Accounting:
     interrupted_tasks: int = 0
     abandoned_tasks: int = 0
     timeouts: int = 0
-    detached_tasks: int = 0  # left the in-flight set on a TierTrack notification
+    detached_tasks: int = 0  # left the in-flight set at the client's departure (TierTrack, or oracle free_slot)
+    # the eval tier at work (FeLiX's eval selector): eval tasks by the client's tier at dispatch
+    evals_on_avl_eval: int = 0  # on AVL_EVAL clients (could not have trained)
+    evals_on_avl_train: int = 0  # on idle AVL_TRAIN clients left after the train refill
+    # training picks whose utility (the one the selector saw) came from an eval reply / that had none yet
+    train_picks_eval_utility: int = 0
+    train_picks_unexplored: int = 0
     staleness: list = dataclasses.field(default_factory=list)  # of every aggregated update
     agg_weights: list = dataclasses.field(default_factory=list)
-    utility_age: list = dataclasses.field(default_factory=list)  # at selection
+    utility_age: list = dataclasses.field(default_factory=list)  # at selection, in rounds (-1: no utility yet)
+    # the paper's Fig. 13: the utility the selector saw, per training pick of a client that had one, and
+    # every training task's duration (its compute and transfer time, waiting for the tier excluded)
+    picked_utility: list = dataclasses.field(default_factory=list)
+    picked_duration_s: list = dataclasses.field(default_factory=list)
     selection_seconds: list = dataclasses.field(default_factory=list)  # host time per decision
     dispatch_log: list = dataclasses.field(default_factory=list)  # (time_s, client, kind, round) per task
 
@@ -68,7 +78,22 @@ class Accounting:
                                  + self.rejected_updates_norm)
         out["staleness_p50"], out["staleness_p90"], out["staleness_p99"] = (
             pct(self.staleness, 50), pct(self.staleness, 90), pct(self.staleness, 99))
-        out["utility_age_p50"] = pct(self.utility_age, 50)
+        known_age = [a for a in self.utility_age if a >= 0]  # picks with a utility (explored clients)
+        out["utility_age_p50"], out["utility_age_p95"] = pct(known_age, 50), pct(known_age, 95)
+        picks = self.dispatched_train
+        out["train_picks_eval_utility_share"] = self.train_picks_eval_utility / picks if picks else None
+        out["picked_utility_mean"] = float(np.mean(self.picked_utility)) if self.picked_utility else None
+        out["picked_duration_mean_s"] = float(np.mean(self.picked_duration_s)) if self.picked_duration_s else None
         out["agg_weight_p50"] = pct(self.agg_weights, 50)
+        # the weights of fresh (staleness 0) and late updates (the paper's Fig. 15: TierFuse vs FedBuff)
+        stale = np.asarray(self.staleness, np.int64)
+        weights = np.asarray(self.agg_weights, np.float64)
+        if stale.shape == weights.shape and stale.size:
+            late = stale > 0
+            out["late_update_share"] = float(late.mean())
+            out["agg_weight_fresh_mean"] = float(weights[~late].mean()) if (~late).any() else None
+            out["agg_weight_late_mean"] = float(weights[late].mean()) if late.any() else None
+        else:
+            out["late_update_share"] = out["agg_weight_fresh_mean"] = out["agg_weight_late_mean"] = None
         out["selection_ms_mean"] = 1000 * float(np.mean(self.selection_seconds)) if self.selection_seconds else None
         return out

@@ -26,6 +26,13 @@ class FleetConfig:
     control_message_bytes: int = 64  # one TierTrack notification
     sees_eval_tier: bool = False  # strategies with an eval selector may use AVL_EVAL clients
     server_optimizer: str = "sgd"  # sgd (w + eta * aggregate) | adam (FedAdam) | yogi (FedYogi)
+    # What an oracle server does when the client of a running task leaves its tier (the trace says so):
+    # "keep_slot" (default): nothing until the reply or the timeout. The paper defines oracle TraceAvail
+    # as prior knowledge of the traces, used to pick clients that are available; its Fig. 12 credits
+    # TierTrack over that oracle with the one mechanism the oracle lacks, "to reactively resample when a
+    # selected client disappears mid-computation". "free_slot": the server frees the slot at the
+    # departure and refills it, as TierTrack does (an oracle that watches the trace during the task).
+    oracle_departure: Literal["keep_slot", "free_slot"] = "keep_slot"
 
     def __post_init__(self):
         object.__setattr__(self, "knowledge", Knowledge(self.knowledge))
@@ -42,6 +49,16 @@ class FleetConfig:
             raise ValueError(f"server_optimizer must be sgd, adam or yogi, got {self.server_optimizer!r}")
         if not (self.timeout_s > 0 or math.isinf(self.timeout_s)):
             raise ValueError("timeout_s must be > 0 (or inf)")
+        if self.oracle_departure not in ("keep_slot", "free_slot"):
+            raise ValueError(f"oracle_departure must be 'keep_slot' or 'free_slot', got {self.oracle_departure!r}")
+
+    @property
+    def detaches_on_departure(self) -> bool:
+        """A running task leaves the in-flight set when its client leaves the tier (TierTrack, or an
+        oracle with ``oracle_departure="free_slot"``); a client that left and returned is then not
+        picked twice in one aggregation round (REFERENCE.md "TierTrack")."""
+        return self.knowledge is Knowledge.TIERTRACK or (self.knowledge is Knowledge.ORACLE
+                                                         and self.oracle_departure == "free_slot")
 
     @property
     def round_size(self) -> int:

@@ -35,6 +35,10 @@ class AsyncMode:
         if got < need:
             sim.schedule_wake()
 
+    def on_task_detached(self, sim: "FleetSimulator", task) -> None:
+        """A task left the in-flight set at its client's departure: its slot is free (the in-flight
+        count has dropped), nothing else to do."""
+
     def on_train_reply(self, sim: "FleetSimulator", update: "Update") -> None:
         self.buffer.append(update)
         k = sim.cfg.aggregation_goal
@@ -68,6 +72,12 @@ class SyncMode:
         self.dispatched += sim.select_and_dispatch(n_sel - self.dispatched, "train")
         if self.dispatched < k:
             sim.schedule_wake()
+
+    def on_task_detached(self, sim: "FleetSimulator", task) -> None:
+        """A training task of this round left at its client's departure (a server that knows it:
+        ``detaches_on_departure``): the round may select a replacement."""
+        if task.kind == "train" and task.round == self.round:
+            self.dispatched -= 1
 
     def on_train_reply(self, sim: "FleetSimulator", update: "Update") -> None:
         if update.task.round == sim.round and update.staleness == 0:

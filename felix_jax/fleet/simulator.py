@@ -169,6 +169,7 @@ class FleetSimulator:
         self._stop_requested: str | None = None  # request_stop(): the stop reason, taken between events
         self._snapshot_version = 0  # model version at the last snapshot (or restore)
         self._snapshot_clock = 0.0  # host perf_counter at the last snapshot (or at run() start)
+        self._utility_by_eval = np.zeros(len(counts), bool)  # a client's utility came from an eval reply
         self._eval_samples = np.minimum(counts, engine.num_eval_batches(np.arange(len(counts)), t0)
                                         * engine.train_cfg.batch_size)
 
@@ -273,7 +274,7 @@ class FleetSimulator:
         if k <= 0:
             return 0
         if kind == "train":
-            once = self.cfg.knowledge is Knowledge.TIERTRACK
+            once = self.cfg.detaches_on_departure
             eligible = self.view.trainable(self.round, once)
             num_eligible = self.view.num_trainable(self.round, once)
             selector, state = self.selector, self._sel_state
@@ -322,8 +323,15 @@ class FleetSimulator:
             allowed = TRAIN_TIERS
             self.acct.bytes_down_train += mb
             self.acct.dispatched_train += 1
-            age = self.round - self.view.utility_round[client] if self.view.utility_round[client] >= 0 else -1
+            known = self.view.utility_round[client] >= 0
+            age = self.round - self.view.utility_round[client] if known else -1
             self.acct.utility_age.append(int(age))
+            self.acct.picked_duration_s.append(work)
+            if not known:
+                self.acct.train_picks_unexplored += 1
+            else:
+                self.acct.picked_utility.append(float(self.view.utility[client]))
+                self.acct.train_picks_eval_utility += int(self._utility_by_eval[client])
             self.view.mark_selected(client, self.round)  # once per round counts training picks only
         else:
             work = float(self.profile.eval_duration_s(cl, mb, self._task_samples(cl, "eval"))[0])
@@ -331,6 +339,10 @@ class FleetSimulator:
             self.acct.bytes_down_eval += mb
             self.acct.dispatched_eval += 1
             self._evals_this_round += 1
+            if self.trace.state_of(self.now, client) == Tier.AVL_EVAL:
+                self.acct.evals_on_avl_eval += 1
+            else:
+                self.acct.evals_on_avl_train += 1
         timeline = task_timeline(self.trace, client, self.now, work, allowed, self.cfg.interruption,
                                  horizon_s=self.stop.max_virtual_s)
         task = Task(tid, client, kind, self.version, self.round, self.now, work, timeline)
@@ -348,7 +360,7 @@ class FleetSimulator:
             self.queue.push(timeline.finish_s, EventKind.REPLY, tid)
         if timeline.abandoned:
             self.acct.abandoned_tasks += 1
-        if self.cfg.knowledge is Knowledge.TIERTRACK and math.isfinite(timeline.first_stop_s):
+        if self.cfg.detaches_on_departure and math.isfinite(timeline.first_stop_s):
             self.queue.push(timeline.first_stop_s, EventKind.CLIENT_LEFT, tid)
         if math.isfinite(self.cfg.timeout_s):
             self.queue.push(self.now + self.cfg.timeout_s, EventKind.TIMEOUT, tid)
@@ -383,6 +395,7 @@ class FleetSimulator:
             self.view.record_utility(c, _finite_utility(statistical_utility(np.float64(stats.count),
                                                                             np.float64(stats.sumsq))), self.round)
             self.view.record_training(c, task.work_s)
+            self._utility_by_eval[c] = False
             self.mode.on_train_reply(self, Update(task, outcome, self.version - task.version))
         else:
             assert isinstance(outcome, EvalOutcome)
@@ -390,6 +403,7 @@ class FleetSimulator:
             self.acct.replies_eval += 1
             self.view.record_utility(c, _finite_utility(statistical_utility(np.float64(outcome.stats.count),
                                                                             np.float64(outcome.stats.sumsq))), self.round)
+            self._utility_by_eval[c] = True
         if self._stop_reason is None:
             self.mode.refill(self)
 
@@ -401,6 +415,7 @@ class FleetSimulator:
             self._leaves_flight(task)
             task.in_flight = False
             self.acct.detached_tasks += 1
+            self.mode.on_task_detached(self, task)
         self.mode.refill(self)
 
     def _on_timeout(self, tid: int) -> None:

@@ -297,6 +297,7 @@ def _state(sim: "FleetSimulator") -> dict:
         "guard": {"norms": sim._guard_norms, "empty_buffers": sim._guard_empty_buffers},
         "executor": sim.executor.state_dict(),
         "accounting": sim.acct,
+        "utility_by_eval": sim._utility_by_eval,
         "checkpoints": sim.checkpoints,
         "aggregation_times": sim.aggregation_times,
         "accuracies": sim._accuracies,
@@ -348,6 +349,8 @@ def _apply(sim: "FleetSimulator", s: dict) -> None:
     sim._guard_norms, sim._guard_empty_buffers = s["guard"]["norms"], s["guard"]["empty_buffers"]
     sim.executor.load_state_dict(s["executor"])
     sim.acct = s["accounting"]
+    if "utility_by_eval" in s:  # snapshots written before this field: every utility read as a train reply's
+        sim._utility_by_eval = np.asarray(s["utility_by_eval"], bool).copy()
     sim.checkpoints, sim.aggregation_times, sim._accuracies = s["checkpoints"], s["aggregation_times"], s["accuracies"]
     sim.engine.records[:] = s["cohort_calls"]
 

@@ -119,8 +119,10 @@ def make_oort_selector(config: OortConfig = OortConfig()) -> Selector:
         eps = 0.0 if state.exhausted else epsilon_schedule(
             state.calls, config.exploration_factor, config.exploration_decay, config.exploration_min,
             config.decay_before_use)
+        draw = int(ctx.rng.binomial(int(k), eps)) if config.split_rounding == "binomial_explore" else None
         n_explore, n_exploit = split_explore_exploit(int(k), eps, num_unexplored, len(explored),
-                                                     config.split_rounding, absorb=config.shortfall == "exploit")
+                                                     config.split_rounding, absorb=config.shortfall == "exploit",
+                                                     explore_draw=draw)
         t_pref = _t_pref(view, config.t_pref_over, pstate.threshold)
 
         def unexplored_rows(start, stop):  # eligible & ~explored, rows [start, stop)
