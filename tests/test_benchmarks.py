@@ -43,3 +43,12 @@ def test_fleet_scale_reports_a_population_and_a_fedscale_load(tmp_path):
     assert len(row["dispatch_sha1"]) == 40 and row["compilations"] > 0
     (trace,) = report["fedscale_loads"]
     assert trace["clients"] == 300 and trace["rows"] >= 300 and trace["load_s"] > 0
+
+
+def test_centralized_reference_trains_and_reports_a_curve(tmp_path):
+    result = load("centralized_reference").main(["--preset", "quickstart", "--model", "cifar_cnn_narrow",
+                                                 "--num-test", "64", "--steps", "6", "--eval-every", "3",
+                                                 "--json", str(tmp_path / "c.json")])
+    assert [r["steps"] for r in result["rows"]] == [0, 3, 6]
+    assert result["num_params"] == 44_842 and (tmp_path / "c.json").exists()
+    assert all(0 <= r["accuracy"] <= 1 for r in result["rows"])

@@ -74,3 +74,13 @@ def test_loss_is_per_sample_cross_entropy():
     losses, logits = m.loss(params, x, y)
     want = -np.take_along_axis(np.asarray(jax.nn.log_softmax(logits)), np.asarray(y)[:, None], 1)[:, 0]
     np.testing.assert_allclose(np.asarray(losses), want, rtol=1e-5)
+
+
+def test_narrow_cifar_cnns_have_the_hand_counted_sizes():
+    from felix_jax.experiment.registry import make_model
+
+    # conv (16, 32, 64): 9*3*16+16 + 9*16*32+32 + 9*32*64+64 = 23,584; dense 256->64->64->10: 21,258
+    assert make_model("cifar_cnn_narrow", (32, 32, 3), 10).num_params == 23_584 + 21_258 == 44_842
+    # conv (8, 16, 32): 224 + 1,168 + 4,640; dense 128->32->32->10: 4,128 + 1,056 + 330
+    assert make_model("cifar_cnn_tiny", (32, 32, 3), 10).num_params == 11_546
+    assert cifar_cnn().name == "cifar_cnn[shift]"  # the paper's network keeps its name and tree
