@@ -11,6 +11,14 @@
 #                       cells at a time sharing the device, each cut after CELL_S seconds (stop reason
 #                       wall_budget: "not reached by" the virtual time it got to), no cell started after
 #                       MATRIX_S seconds; seeds SEEDS, regimes REGIMES, ablations ABLATIONS.
+#   3. longhorizon/   - the long-horizon matrix (cifar10-longhorizon's fleet, traces and start offset) at the
+#                       paper's CNN (LH_MODEL, cifar_cnn): its target by the preset's own rule, the mean over
+#                       seeds 0-2 of a centralized reference's accuracy after one epoch over the subset
+#                       (benchmarks/centralized_reference.py, written to longhorizon-target.json before any
+#                       federated run), LH_HOURS virtual hours per cell (6), LH_CELL_S seconds each, seeds
+#                       LH_SEEDS; main strategies on the four regimes, felix-no-eval, felix-no-tierfuse,
+#                       felix-oracle and oort-async-step-matched on 50% and MobiPerf, the oracle's
+#                       departure both ways on MobiPerf. SKIP_LH=1 skips it.
 #
 # Needs FELIX_JAX_DATA (CIFAR-10 and the reference traces). Settings (environment): OUT, PYTHON,
 # EVAL_S (45), WORKERS (8), CELL_S (75), MATRIX_S (270), SEEDS (0,1), MAX_HOURS (1.0), REGIMES,
@@ -74,9 +82,40 @@ for b in (1, 16):
 EOF
 fi
 
-[ "${SKIP_MATRIX:-0}" = 1 ] && exit 0
+if [ "${SKIP_MATRIX:-0}" != 1 ]; then
 echo "== 2. cifar10-fidelity matrix: seeds $SEEDS, $WORKERS at a time, ${CELL_S}s per cell, none started after ${MATRIX_S}s"
 "$PYTHON" benchmarks/paper_matrix.py --seeds "$SEEDS" --regimes "$REGIMES" --strategies "$STRATEGIES" --ablations "$ABLATIONS" \
   --ablation-regimes ref:syn_50,ref:mobiperf_3st_50 --workers "$WORKERS" --cell-budget-s "$CELL_S" \
   --budget-s "$MATRIX_S" --set max_virtual_hours="$MAX_HOURS" --out "$OUT/fidelity" \
   --json "$OUT/fidelity.json" 2>&1 | grep -v "^\[" | tail -60
+fi
+
+[ "${SKIP_LH:-0}" = 1 ] && exit 0
+LH_MODEL=${LH_MODEL:-cifar_cnn}
+LH_HOURS=${LH_HOURS:-6}
+LH_CELL_S=${LH_CELL_S:-240}
+LH_SEEDS=${LH_SEEDS:-0}
+echo "== 3. long horizon at $LH_MODEL: target from a centralized reference (one epoch, seeds 0-2)"
+for s in 0 1 2; do
+  "$PYTHON" benchmarks/centralized_reference.py --preset cifar10-longhorizon --model "$LH_MODEL" --steps 375 \
+    --eval-every 375 --seed $s --json "$OUT/longhorizon-cref-$s.json" >"$OUT/longhorizon-cref-$s.log" 2>&1
+done
+TARGET=$("$PYTHON" - "$OUT" <<'EOF'
+import json, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+acc = [json.loads((out / f"longhorizon-cref-{s}.json").read_text())["rows"][-1]["accuracy"] for s in range(3)]
+target = round(sum(acc) / 3, 2)
+(out / "longhorizon-target.json").write_text(json.dumps({"one_epoch_accuracy": acc, "target": target}))
+print(target)
+EOF
+)
+echo "target $TARGET"
+"$PYTHON" benchmarks/paper_matrix.py --scenario cifar10-longhorizon --seeds "$LH_SEEDS" --regimes "$REGIMES" \
+  --strategies "$STRATEGIES" --ablations felix-no-eval,felix-no-tierfuse,felix-oracle,oort-async-step-matched \
+  --ablation-regimes ref:syn_50,ref:mobiperf_3st_50 \
+  --extra-cell oort-async-oracle@oracle_departure=free_slot ref:mobiperf_3st_50 \
+  --extra-cell felix-oracle@oracle_departure=free_slot ref:mobiperf_3st_50 \
+  --workers "$WORKERS" --cell-budget-s "$LH_CELL_S" --budget-s "$MATRIX_S" --set model="$LH_MODEL" \
+  --set target_accuracy="$TARGET" --set max_virtual_hours="$LH_HOURS" --out "$OUT/longhorizon" \
+  --json "$OUT/longhorizon.json" 2>&1 | grep -v "^\[" | tail -80

@@ -48,8 +48,10 @@ PAPER_HOURS = {
 
 
 def paper_ratio(strategy: str, label: str) -> str:
-    hours = PAPER_HOURS.get(strategy, {}).get(label)
-    ref = PAPER_HOURS["felix"][label]
+    hours = PAPER_HOURS.get(strategy.partition("@")[0], {}).get(label)
+    ref = PAPER_HOURS["felix"].get(label)
+    if ref is None:  # a regime the paper did not run
+        return "-"
     if hours is None:
         return "-" if strategy != "felix" else "x1.00"
     return "stuck" if hours == "stuck" else f"x{hours / ref:.2f}"

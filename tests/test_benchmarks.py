@@ -1,6 +1,7 @@
 """The benchmark scripts run end to end on tiny settings (their numbers live in BENCHMARKS.md)."""
 
 import importlib.util
+import json
 from pathlib import Path
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -52,3 +53,18 @@ def test_centralized_reference_trains_and_reports_a_curve(tmp_path):
     assert [r["steps"] for r in result["rows"]] == [0, 3, 6]
     assert result["num_params"] == 44_842 and (tmp_path / "c.json").exists()
     assert all(0 <= r["accuracy"] <= 1 for r in result["rows"])
+
+
+def test_paper_matrix_runs_variant_cells_and_tabulates_them_again(tmp_path):
+    args = ["--scenario", "tiny", "--strategies", "felix", "--regimes", "avail100", "--ablations", "",
+            "--extra-cell", "oort-async-oracle@oracle_departure=free_slot", "avail50", "--seeds", "0",
+            "--set", "max_aggregations=4", "--set", "target_accuracy=none", "--out", str(tmp_path)]
+    pm = load("paper_matrix")
+    result = pm.main(args)
+    labels = sorted(r["strategy"] for r in result["rows"])
+    assert labels == ["felix", "oort-async-oracle@oracle_departure=free_slot"]
+    variant = tmp_path / "runs" / "oort-async-oracle+oracle_departure-free_slot-avail50-seed0"
+    assert json.loads((variant / "config.json").read_text())["fleet"]["oracle_departure"] == "free_slot"
+    again = pm.main(args + ["--table-only"])
+    assert sorted(r["strategy"] for r in again["rows"]) == labels
+    assert "oort-async-oracle@oracle_departure=free_slot" in again["diagnostics"]

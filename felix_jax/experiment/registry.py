@@ -126,10 +126,10 @@ def make_profile(name: str, num_clients: int, seed: int) -> DeviceProfile:
 
 MODELS: dict[str, Callable[[tuple, int], Model]] = {
     "cifar_cnn": lambda shape, classes: cifar_cnn(num_classes=classes, input_shape=shape),
-    # 44,842 params (12x fewer than the paper's 537,610): a cheap long-horizon CPU learner
+    # 44,842 params (12x fewer than the paper's 537,610)
     "cifar_cnn_narrow": lambda shape, classes: cifar_cnn(num_classes=classes, input_shape=shape,
                                                          conv=(16, 32, 64), dense=(64, 64)),
-    # 11,546 params
+    # 11,546 params: the learner of cifar10-longhorizon
     "cifar_cnn_tiny": lambda shape, classes: cifar_cnn(num_classes=classes, input_shape=shape,
                                                        conv=(8, 16, 32), dense=(32, 32)),
     "speech_resnet": lambda shape, classes: speech_resnet(shape, classes),
