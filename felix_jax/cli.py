@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import signal
 import sys
 from pathlib import Path
@@ -104,6 +105,28 @@ def _summary_table(summary: dict) -> str:
     return "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
 
 
+def _check_run_arguments(args: argparse.Namespace) -> None:
+    """The run's own arguments, refused in one line before any folder or file is written."""
+    if args.snapshot_every is not None and args.snapshot_every < 1:
+        raise SystemExit(f"felix-jax run: --snapshot-every {args.snapshot_every}: must be a whole number of "
+                         "aggregations >= 1")
+    for flag, value in (("--snapshot-minutes", args.snapshot_minutes), ("--wall-budget-s", args.wall_budget_s)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise SystemExit(f"felix-jax run: {flag} {value}: must be a finite number > 0")
+
+
+def _check_devices(scenario) -> None:
+    """``devices`` against the devices jax sees (known only here, not when the scenario is built)."""
+    if scenario.devices is not None:
+        import jax
+
+        seen = len(jax.devices())
+        if scenario.devices > seen:
+            raise SystemExit(f"felix-jax run: devices={scenario.devices}: jax sees {seen} device"
+                             f"{'s' if seen != 1 else ''} ({jax.default_backend()}); use devices <= {seen} "
+                             "or none for all")
+
+
 def _run(args: argparse.Namespace) -> int:
     from .compile_cache import enable_compilation_cache
     from .experiment import Scenario, get_preset
@@ -113,11 +136,12 @@ def _run(args: argparse.Namespace) -> int:
     if args.list:
         _print_listing()
         return 0
+    _check_run_arguments(args)  # before anything is written
     snapshots = {"snapshot_every": args.snapshot_every, "snapshot_minutes": args.snapshot_minutes}
     if args.resume:
-        if args.set or args.config or args.out or args.overwrite:
+        if args.set or args.config or args.out or args.overwrite or args.preset_given:
             raise SystemExit("felix-jax run: --resume DIR continues the run in DIR as it was configured: "
-                             "no --set, --config, --out or --overwrite with it")
+                             "no --preset, --set, --config, --out or --overwrite with it")
         out = Path(args.resume)
         try:
             saved = json.loads((out / "config.json").read_text())
@@ -135,6 +159,7 @@ def _run(args: argparse.Namespace) -> int:
             raise SystemExit(f"felix-jax run: {_one_line(e)}")
         out = Path(args.out) if args.out else Path("results") / (
             f"{scenario.name}-{scenario.strategy}-{scenario.availability}-seed{scenario.seed}")
+    _check_devices(scenario)
     created = not out.exists()
     try:  # before any training: a folder that cannot take the results, or holds another run's
         prepare_out_dir(out, clear=args.overwrite, refuse_existing=not args.resume)
@@ -158,8 +183,7 @@ def _run(args: argparse.Namespace) -> int:
     print(f"results written to {out}/ (config.json, metrics.csv, summary.json, accuracy.png)")
     if result.interrupted_by is not None:
         name = signal.Signals(result.interrupted_by).name
-        more = (f"; continue it with: felix-jax run --resume {out}" if snapshots["snapshot_every"] is not None
-                or snapshots["snapshot_minutes"] is not None else "")
+        more = f"; continue it with: felix-jax run --resume {out}"
         print(f"felix-jax run: interrupted by {name} after {result.summary['aggregations']} aggregations; "
               f"the results above are complete up to then{more}", file=sys.stderr)
         raise SystemExit(128 + result.interrupted_by)
@@ -287,7 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="felix-jax", description="JAX fleet emulator for federated learning under churn")
     sub = ap.add_subparsers(dest="command")
     run = sub.add_parser("run", help="run one experiment (default: the quickstart preset)")
-    run.add_argument("--preset", default="quickstart", help="scenario preset (see --list)")
+    run.add_argument("--preset", default=None, help="scenario preset (default quickstart; see --list)")
     run.add_argument("--config", help="a JSON file of scenario fields (instead of --preset)")
     run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a scenario field (repeatable)")
     run.add_argument("--out", help="results folder (default results/<name>-<strategy>-<availability>-seed<k>)")
@@ -333,6 +357,9 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
         argv = ["run"] + argv
     args = ap.parse_args(argv)
+    if args.command == "run":  # --preset defaults to quickstart; --resume refuses one given explicitly
+        args.preset_given = args.preset is not None
+        args.preset = args.preset or "quickstart"
     return args.func(args)
 
 

@@ -75,7 +75,7 @@ def test_killed_and_resumed_run_equals_uninterrupted(strategy, tmp_path):
     root = tmp_path / "snapshot"
     killed = run_until_killed(strategy, root, kill_at_version=8)
     assert killed.version == 8 and (root / "LATEST").read_text().startswith("snap-000008-")
-    assert len(list(root.glob("snap-*"))) == 1  # keep=1: the snapshot at version 4 is gone
+    assert len(list(root.glob("snap-*"))) == 2  # keep=2: the snapshot at version 4 stays as the fallback
     sim, resumed = resume(strategy, root)
     assert resumed.checkpoints[8].version == 8 and len(resumed.checkpoints) == 13
     assert_same_run(reference(strategy), resumed)
@@ -111,7 +111,7 @@ def test_kill_during_a_snapshot_write_leaves_the_previous_one(tmp_path, monkeypa
     restored, record = resume("fedbuff", root)
     assert_same_run(reference("fedbuff"), record)
     save_snapshot(restored, root)  # the next successful write clears the leftover
-    assert not list(root.glob(".tmp-snap-*")) and len(list(root.glob("snap-*"))) == 1
+    assert not list(root.glob(".tmp-snap-*")) and len(list(root.glob("snap-*"))) == 2
 
 
 def test_restore_refuses_a_snapshot_of_another_scenario(tmp_path):
@@ -202,7 +202,7 @@ def test_cli_kill_and_resume_equals_an_uninterrupted_run(tmp_path, monkeypatch):
     assert (tmp_path / "cut" / "metrics.csv").read_bytes() == (tmp_path / "ref" / "metrics.csv").read_bytes()
     done = json.loads((tmp_path / "cut" / "summary.json").read_text())
     assert done["stop_reason"] == "max_aggregations" and done["aggregations"] == 10
-    with pytest.raises(SystemExit, match="no --set"):
+    with pytest.raises(SystemExit, match="no --preset, --set"):
         main(["run", "--resume", str(tmp_path / "cut"), "--set", "seed=1"])
     with pytest.raises(SystemExit, match="holds no snapshot"):
         main(["run", "--resume", str(tmp_path / "ref"), "--quiet"])

@@ -355,8 +355,8 @@ def run(sc: Scenario, out_dir: str | Path | None = None, progress: bool = False,
                 timer.daemon = True
                 timer.start()
             record = sim.run()
-            if sim.snapshot is not None and record.stop_reason in ("interrupted", "wall_budget"):
-                save_snapshot(sim, snap_dir)  # stopped between events: resume from exactly here
+            if out is not None and record.stop_reason in ("interrupted", "wall_budget"):
+                save_snapshot(sim, snap_dir)  # stopped between events: --resume continues from exactly here
         finally:
             if timer is not None:
                 timer.cancel()

@@ -110,6 +110,24 @@ class Scenario:
             raise OptionError(f"model={self.model!r}: unknown model; known: {', '.join(MODELS)}")
         self.resolve_update_guard()
         self.resolve_stream()
+        self._check_names()
+
+    def _check_names(self) -> None:
+        """Names that are resolved only when a run is built (data set, execution plan): checked now,
+        so a bad one is refused before a results folder is touched."""
+        from ..cohort.plan import ExecutionPlan
+        from ..data.loaders import LOADERS
+
+        if self.plan is not None:
+            try:
+                ExecutionPlan.parse(self.plan)
+            except ValueError as e:
+                raise OptionError(f"plan={self.plan!r}: {e}; expected vmap, map or chunked:N (N a power of two)") \
+                    from None
+        name = self.dataset
+        if not (name in LOADERS or name.startswith("tfds:") or name.lower().endswith(".npz")):
+            raise OptionError(f"dataset={name!r}: unknown data set; known: {', '.join(sorted(LOADERS))}, "
+                              "a .npz of arrays, or tfds:NAME")
 
     def resolve_stream(self):
         """The :class:`~felix_jax.data.streams.StreamConfig` for this scenario (static data: all defaults)."""

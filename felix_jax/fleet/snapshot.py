@@ -37,6 +37,8 @@ import json
 import math
 import os
 import shutil
+import warnings
+import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -49,6 +51,7 @@ if TYPE_CHECKING:
 FORMAT = 1
 LATEST = "LATEST"
 _HOST_JSON, _HOST_NPZ, _DEVICE = "host.json", "host.npz", "device"
+_CHECKSUMS = "CHECKSUMS.json"  # sha256 of every other file of a snapshot, written last
 
 
 class SnapshotError(ValueError):
@@ -61,16 +64,17 @@ class SnapshotPolicy:
 
     At every multiple of ``every_aggregations`` model versions and/or every
     ``every_minutes`` of host wall-clock time, checked after each event. ``keep`` snapshots are kept
-    (the newest). ``on_saved`` is called with each new snapshot's folder.
+    (the newest: two by default, so that a snapshot damaged on disk still leaves an older good one
+    to resume from). ``on_saved`` is called with each new snapshot's folder.
 
     >>> SnapshotPolicy("run/snapshot", every_aggregations=50).keep
-    1
+    2
     """
 
     path: str | Path
     every_aggregations: int | None = None
     every_minutes: float | None = None
-    keep: int = 1
+    keep: int = 2
     on_saved: Callable[[Path], None] | None = None
 
     def __post_init__(self):
@@ -391,7 +395,42 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def save_snapshot(sim: "FleetSimulator", path: str | Path, keep: int = 1) -> Path:
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _checksums(folder: Path) -> dict[str, str]:
+    """sha256 of every file under ``folder`` (but the checksum file), by path relative to it."""
+    return {p.relative_to(folder).as_posix(): _sha256(p) for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name != _CHECKSUMS}
+
+
+def verify_snapshot(snap: Path) -> None:
+    """Raises :class:`SnapshotError` naming the first file of snapshot folder ``snap`` that is
+    missing, unexpected or whose bytes differ from the checksums written with it."""
+    try:
+        expected = json.loads((snap / _CHECKSUMS).read_text())
+    except FileNotFoundError:
+        raise SnapshotError(f"snapshot {snap} has no {_CHECKSUMS} (incomplete, or written by an older "
+                            "felix-jax): it cannot be verified") from None
+    except (OSError, ValueError) as e:
+        raise SnapshotError(f"snapshot {snap / _CHECKSUMS} is unreadable: {e}") from None
+    found = {p.relative_to(snap).as_posix() for p in snap.rglob("*") if p.is_file() and p.name != _CHECKSUMS}
+    for rel in sorted(set(expected) | found):
+        if rel not in found:
+            raise SnapshotError(f"snapshot {snap}: file {rel} is missing")
+        if rel not in expected:
+            raise SnapshotError(f"snapshot {snap}: file {rel} was not part of the snapshot as written")
+        if _sha256(snap / rel) != expected[rel]:
+            raise SnapshotError(f"snapshot {snap}: file {rel} is corrupted (its checksum differs from the one "
+                                "written with it)")
+
+
+def save_snapshot(sim: "FleetSimulator", path: str | Path, keep: int = 2) -> Path:
     """Writes ``sim``'s state under the snapshot root ``path``; returns the new snapshot's folder.
 
     Call it between events only (the simulator does, under its :class:`SnapshotPolicy`).
@@ -417,6 +456,7 @@ def save_snapshot(sim: "FleetSimulator", path: str | Path, keep: int = 1) -> Pat
         ocp, ckpt = _device_checkpointer()
         with ckpt:
             ckpt.save(tmp / _DEVICE, args=ocp.args.StandardSave(device))
+    _write_json(tmp / _CHECKSUMS, _checksums(tmp))  # last: a snapshot without it is incomplete
     final = _publish(root, tmp, name)
     _prune(root, keep)
     return final
@@ -451,7 +491,28 @@ def load_snapshot(sim: "FleetSimulator", path: str | Path) -> Path:
     Raises :class:`SnapshotError` (a ValueError, one line) if the snapshot is
     missing or corrupt, or was written by a simulator of another scenario.
     """
-    snap = snapshot_dir(path)
+    p = Path(path)
+    if (p / _HOST_JSON).is_file():  # one snapshot folder, named by the caller: it or nothing
+        verify_snapshot(p)
+        return _load_verified(sim, p)
+    snap = snapshot_dir(p)
+    candidates = [snap] + sorted((q for q in p.glob("snap-*") if q.is_dir() and q != snap),
+                                 key=lambda q: q.name, reverse=True)  # names sort by (version, events)
+    failures = []
+    for q in candidates:
+        try:
+            verify_snapshot(q)
+        except SnapshotError as e:
+            failures.append(str(e))
+            continue
+        if failures:
+            warnings.warn(f"{failures[0]}; resuming from the older snapshot {q.name}", stacklevel=2)
+        return _load_verified(sim, q)
+    raise SnapshotError(failures[0] + ("" if len(failures) == 1 else
+                                       f" (and {len(failures) - 1} older snapshot(s) failed too)"))
+
+
+def _load_verified(sim: "FleetSimulator", snap: Path) -> Path:
     try:
         head = json.loads((snap / _HOST_JSON).read_text())
     except (OSError, ValueError) as e:
@@ -478,7 +539,7 @@ def load_snapshot(sim: "FleetSimulator", path: str | Path) -> Path:
     try:
         with np.load(snap / _HOST_NPZ, allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
         raise SnapshotError(f"snapshot {snap / _HOST_NPZ} is unreadable: {e}") from None
     _apply(sim, decode(head["state"], arrays, device, _known_types(sim)))
     return snap

@@ -1,0 +1,115 @@
+"""Nothing silently wrong, nothing lost: verified snapshots with a fallback, a snapshot at every
+stop, and run arguments refused before anything is written."""
+
+import warnings
+
+import pytest
+
+from felix_jax.cli import main
+from felix_jax.experiment.runner import build_simulator, run
+from felix_jax.fleet.snapshot import SnapshotError, verify_snapshot
+from tests.test_snapshot import assert_same_run, reference, run_until_killed, scenario
+
+
+def _flip_bytes(path, n=8):
+    data = bytearray(path.read_bytes())
+    mid = len(data) // 2
+    data[mid:mid + n] = bytes(b ^ 0xFF for b in data[mid:mid + n])
+    path.write_bytes(bytes(data))
+
+
+def _largest_file(folder):
+    return max((p for p in folder.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+
+
+def test_a_corrupted_snapshot_is_refused_and_the_previous_good_one_resumes_exactly(tmp_path):
+    root = tmp_path / "snapshot"
+    run_until_killed("felix", root, kill_at_version=8)
+    newest = root / (root / "LATEST").read_text().strip()
+    _flip_bytes(_largest_file(newest / "device"))
+    with pytest.raises(SnapshotError, match="is corrupted") as e:
+        verify_snapshot(newest)
+    assert "\n" not in str(e.value) and "device/" in str(e.value)
+    with pytest.raises(SnapshotError, match="is corrupted"):  # named alone, it is that one or nothing
+        build_simulator(scenario("felix")).restore(newest)
+    sim = build_simulator(scenario("felix"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sim.restore(root)
+    assert sim.version == 4 and any("older snapshot snap-000004" in str(w.message) for w in caught)
+    assert_same_run(reference("felix"), sim.run())
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+def test_a_damaged_host_file_is_refused_in_one_line_naming_it(tmp_path, damage):
+    root = tmp_path / "snapshot"
+    run_until_killed("fedbuff", root, kill_at_version=4)
+    snap = root / (root / "LATEST").read_text().strip()
+    npz = snap / "host.npz"
+    if damage == "truncate":
+        npz.write_bytes(npz.read_bytes()[: npz.stat().st_size // 2])
+    else:
+        _flip_bytes(npz)
+    with pytest.raises(SnapshotError, match="host.npz is corrupted") as e:
+        build_simulator(scenario("fedbuff")).restore(root)
+    assert "\n" not in str(e.value)
+
+
+def test_a_snapshot_without_checksums_is_not_trusted(tmp_path):
+    root = tmp_path / "snapshot"
+    run_until_killed("fedbuff", root, kill_at_version=4)
+    snap = root / (root / "LATEST").read_text().strip()
+    (snap / "CHECKSUMS.json").unlink()
+    with pytest.raises(SnapshotError, match="cannot be verified"):
+        build_simulator(scenario("fedbuff")).restore(snap)
+    (snap / "stray.bin").write_bytes(b"x")
+    with pytest.raises(SnapshotError, match="cannot be verified"):
+        build_simulator(scenario("fedbuff")).restore(root)
+
+
+def test_a_stopped_run_without_snapshot_flags_still_resumes_exactly(tmp_path, monkeypatch):
+    """The wall budget (as Ctrl-C and SIGTERM) writes one snapshot at the stop even with no
+    --snapshot-every: --resume continues it to the uninterrupted run's metrics."""
+    import time
+
+    from felix_jax.fleet.simulator import FleetSimulator
+
+    sc = scenario("felix", max_aggregations="10")
+    run(sc, tmp_path / "ref", plot=False)
+    original = FleetSimulator._checkpoint
+
+    def slow_after_version_5(self):
+        original(self)
+        if self.version >= 5:
+            time.sleep(0.2)
+
+    monkeypatch.setattr(FleetSimulator, "_checkpoint", slow_after_version_5)
+    cut = run(sc, tmp_path / "cut", plot=False, wall_budget_s=0.1)  # no snapshot_every
+    assert cut.summary["stop_reason"] == "wall_budget" and cut.summary["aggregations"] < 10
+    assert (tmp_path / "cut" / "snapshot" / "LATEST").is_file()
+    monkeypatch.setattr(FleetSimulator, "_checkpoint", original)
+    assert main(["run", "--resume", str(tmp_path / "cut"), "--quiet"]) == 0
+    assert (tmp_path / "cut" / "metrics.csv").read_bytes() == (tmp_path / "ref" / "metrics.csv").read_bytes()
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["--set", "devices=8"], "devices=8: jax sees"),
+    (["--set", "plan=nosuch"], "plan='nosuch'"),
+    (["--set", "dataset=nosuch"], "dataset='nosuch': unknown data set"),
+    (["--snapshot-every", "0"], "--snapshot-every 0"),
+    (["--snapshot-every", "-3"], "--snapshot-every -3"),
+    (["--snapshot-minutes", "nan"], "--snapshot-minutes nan"),
+    (["--wall-budget-s", "0"], "--wall-budget-s 0.0"),
+    (["--wall-budget-s", "-1"], "--wall-budget-s -1.0"),
+])
+def test_run_arguments_are_refused_before_anything_is_written(tmp_path, argv, expected):
+    out = tmp_path / "r"
+    with pytest.raises(SystemExit) as e:
+        main(["run", "--preset", "tiny", "--quiet", "--out", str(out), *argv])
+    assert expected in str(e.value) and "\n" not in str(e.value)
+    assert not out.exists()  # nothing left behind, so the retry needs no --overwrite
+
+
+def test_resume_refuses_a_preset_it_would_ignore(tmp_path):
+    with pytest.raises(SystemExit, match="no --preset"):
+        main(["run", "--resume", str(tmp_path), "--preset", "quickstart"])
