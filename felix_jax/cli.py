@@ -10,11 +10,12 @@ import sys
 from pathlib import Path
 
 from .options import OptionError
+from .fleet.simulator import PolicyError
 from .fleet.snapshot import SnapshotError
 from .traces import DataFileError
 
 # what a run or its inputs may raise that is the user's to fix: reported in one line, no traceback
-USER_ERRORS = (OSError, KeyError, DataFileError, OptionError, SnapshotError)
+USER_ERRORS = (OSError, KeyError, DataFileError, OptionError, SnapshotError, PolicyError)
 
 
 def _one_line(e: BaseException) -> str:
@@ -262,16 +263,11 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _replot_run(run_dir: Path) -> Path:
     """``accuracy.png`` of a run folder, from its ``metrics.csv`` (and ``config.json`` for the title)."""
-    import csv
     import types
 
-    from .experiment.results import plot_accuracy
-    from .fleet.simulator import Checkpoint
+    from .experiment.results import plot_accuracy, read_metrics_csv
 
-    with open(run_dir / "metrics.csv", newline="") as f:
-        checkpoints = [Checkpoint(float(r["time_s"]), int(float(r["version"])), float(r["accuracy"]),
-                                  float(r["loss"]), int(float(r["bytes_total"])), float(r["staleness_mean"]),
-                                  float(r["interval_s"])) for r in csv.DictReader(f)]
+    checkpoints = read_metrics_csv(run_dir / "metrics.csv")  # a DataFileError naming the file and line
     try:
         scenario = json.loads((run_dir / "config.json").read_text()).get("scenario", {})
     except (OSError, ValueError):

@@ -351,6 +351,9 @@ def load_device_profile(path: str | os.PathLike) -> DeviceProfile:
             with np.load(path, allow_pickle=False) as z:
                 cols = {k: np.asarray(z[k], np.float64) for k in z.files}
         elif suffix == ".csv":
+            with open(path) as f:
+                if not any(line.strip() and not line.lstrip().startswith("#") for line in f):
+                    raise DataFileError(path, f"the file is empty (no header row, no clients); expected {expected}")
             table = np.genfromtxt(path, delimiter=",", names=True, dtype=np.float64, ndmin=1)
             if table.dtype.names is None:
                 raise DataFileError(path, f"no header row; expected {expected}")
@@ -360,9 +363,16 @@ def load_device_profile(path: str | os.PathLike) -> DeviceProfile:
         unknown = set(cols) - set(PROFILE_COLUMNS) - {"client"}
         if unknown or "train_delay_s" not in cols:
             raise DataFileError(path, f"columns {sorted(cols)}; expected {expected}")
-        n = cols["train_delay_s"].shape[0]
+        n = cols["train_delay_s"].shape[0] if cols["train_delay_s"].ndim else 1
+        if n == 0:
+            raise DataFileError(path, "no clients: train_delay_s has no entries (a header without rows?); "
+                                      "expected one row / entry per client")
         if "client" in cols:
-            ids = cols.pop("client").astype(np.int64)
+            raw = np.atleast_1d(cols.pop("client"))
+            whole = np.isfinite(raw) & (raw == np.round(raw))
+            if not whole.all():
+                raise DataFileError(path, f"client ids must be whole numbers, found {raw[~whole][0].item()!r}")
+            ids = raw.astype(np.int64)
             base = 1 if n and ids.min() == 1 else 0
             if sorted((ids - base).tolist()) != list(range(n)):
                 raise DataFileError(path, f"client ids must be 0..{n - 1} or 1..{n}, each once")

@@ -197,9 +197,14 @@ def load_fedscale_trace(path: str | os.PathLike) -> AvailabilityTrace:
     if np.any(~np.isfinite(period)) or np.any(period <= 0):
         raise DataFileError(path, "finish_time must be positive for every client")
     cid = np.repeat(np.arange(n, dtype=np.int64), lengths)
-    with reading(path, f"{expected} with numeric active/inactive times"):
+    try:
         a = np.asarray([x for s in starts for x in s], dtype=np.float64)
         i = np.asarray([x for s in ends for x in s], dtype=np.float64)
+        flat = a.ndim == 1 and i.ndim == 1
+    except (TypeError, ValueError):  # a nested list, a string that is not a number...
+        flat = False
+    if not flat:
+        _refuse_non_numeric_times(path, list(data), starts, ends)
     if np.isnan(a).any() or np.isnan(i).any():  # NaN compares false: the interval would vanish silently
         raise DataFileError(path, "active/inactive times must be numbers, found NaN")
     ok = a <= i  # an interval with active > inactive is never online
@@ -236,6 +241,22 @@ def load_fedscale_trace(path: str | os.PathLike) -> AvailabilityTrace:
         client_duration_s=period[by_id],
     )
     return _with_clients(trace, path)
+
+
+def _refuse_non_numeric_times(path: Path, keys: list, starts: list, ends: list) -> None:
+    """Raises a DataFileError naming the first client and field whose times are not plain numbers."""
+    for key, a, i in zip(keys, starts, ends):
+        for field, values in (("active", a), ("inactive", i)):
+            for j, x in enumerate(values):
+                try:
+                    ok = not isinstance(x, (list, tuple, dict, set)) and np.ndim(x) == 0
+                    float(x)
+                except (TypeError, ValueError):
+                    ok = False
+                if not ok:
+                    raise DataFileError(path, f"client {key!r}: {field}[{j}] is {x!r}, not a number ({field} "
+                                              "must be a flat list of times in seconds)")
+    raise DataFileError(path, "active/inactive times must be flat lists of numbers")
 
 
 # ------------------------------------------------------------ interval files

@@ -3,14 +3,17 @@
 ``dataset=my_data.npz`` reads::
 
     train_x  (N, ...)  uint8 images (scaled by 1/255) or float inputs
-    train_y  (N,)      integer labels 0..C-1
+    train_y  (N,)      integer labels 0..C-1, every class present (or floats holding whole numbers)
     test_x   (M, ...)  as train_x
-    test_y   (M,)
+    test_y   (M,)      labels among the training classes
     train_client (N,)  optional: each training sample's client (writer, speaker, user id);
                        ``partition=natural`` then makes one client per id
     input_mean, input_std (C,)  optional per-channel normalisation; computed from the
                        training inputs when absent
-    class_names (C,)   optional strings
+    class_names (C,)   optional strings; they set C (classes may then lack training samples)
+
+Inputs must be finite, a given ``input_std`` finite and > 0; a bad array is refused
+naming it (:class:`DataFileError`).
 
 Per-user data (TFF / FedScale style client ids, pfl's ``from_slices``) is this
 format: concatenate the users' samples and give their ids in ``train_client``.
@@ -50,23 +53,125 @@ def input_statistics(x: np.ndarray, scale: float) -> tuple[tuple[float, ...], tu
     return tuple(float(m) for m in mean), tuple(float(s) if s > 0 else 1.0 for s in std)
 
 
+def _labels(name: str, y) -> np.ndarray:
+    """``y`` as int64 labels: integers (or floats holding exact integers), 1-D, >= 0; else a
+    ValueError naming the array."""
+    y = np.asarray(y)
+    if y.ndim != 1:
+        raise ValueError(f"{name} must be 1-D (one label per sample), got shape {y.shape}")
+    if y.dtype.kind not in "biuf":
+        raise ValueError(f"{name} must hold integer class labels, got dtype {y.dtype}")
+    if y.dtype.kind == "f":
+        bad = ~np.isfinite(y) | (y != np.round(y))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"{name} must hold integer class labels; {int(bad.sum())} of its {y.size} values "
+                             f"are not whole numbers (first: {y[i].item()!r} at index {i})")
+    if y.size and y.min() < 0:
+        i = int(np.argmin(y))
+        raise ValueError(f"{name} holds a negative label ({y[i].item()!r} at index {i}); labels are 0..C-1")
+    if y.size and y.max() >= np.iinfo(np.int32).max:
+        raise ValueError(f"{name} holds label {y.max().item()!r}, too large for a class index")
+    return y.astype(np.int64)
+
+
+def _check_finite(name: str, x: np.ndarray) -> None:
+    """A float input array must hold only finite values (NaN / inf poison training)."""
+    if x.dtype.kind != "f":
+        return
+    flat = x.reshape(x.shape[0], -1) if x.ndim > 1 else x.reshape(-1, 1)
+    for start in range(0, flat.shape[0], 1 << 14):  # bounded temporaries on large arrays
+        bad = ~np.isfinite(flat[start:start + (1 << 14)])
+        if bad.any():
+            rows = np.flatnonzero(bad.any(axis=1)) + start
+            raise ValueError(f"{name} holds NaN or inf values (first in sample {int(rows[0])}); inputs must be "
+                             "finite numbers")
+
+
+def _check_stats(name: str, values, channels: int, positive: bool) -> tuple[float, ...]:
+    arr = np.ravel(np.asarray(values, dtype=np.float64)) if np.asarray(values).dtype.kind in "biuf" else None
+    if arr is None:
+        raise ValueError(f"{name} must hold numbers, got dtype {np.asarray(values).dtype}")
+    if arr.size not in (1, channels):
+        raise ValueError(f"{name} has {arr.size} values; expected 1 or one per input channel ({channels})")
+    if not np.all(np.isfinite(arr)) or (positive and np.any(arr <= 0)):
+        what = "finite and > 0" if positive else "finite"
+        raise ValueError(f"{name} must be {what}, got {arr.tolist()}")
+    return tuple(float(v) for v in arr)
+
+
 def make_user_dataset(name: str, train_x, train_y, test_x, test_y, *, train_client=None, input_mean=None,
                       input_std=None, class_names=None, description: str = "") -> ArrayDataset:
-    """An :class:`ArrayDataset` from arrays; normalisation from the training inputs unless given."""
+    """An :class:`ArrayDataset` from arrays; normalisation from the training inputs unless given.
+
+    Refused with a ValueError naming the array at fault: labels that are not whole numbers
+    >= 0; training labels that skip classes (the classes are 0..C-1, C the number of
+    distinct training labels, or ``len(class_names)`` when given); test labels outside
+    the training classes; NaN or inf inputs; an ``input_std`` that is not finite and
+    > 0; training inputs that are all the same (no spread to normalise by).
+    """
     train_x, test_x = np.asarray(train_x), np.asarray(test_x)
-    train_y, test_y = np.asarray(train_y).astype(np.int32), np.asarray(test_y).astype(np.int32)
+    train_y, test_y = _labels("train_y", train_y), _labels("test_y", test_y)
+    for split, x in (("train_x", train_x), ("test_x", test_x)):
+        if x.dtype.kind not in "biuf":
+            raise ValueError(f"{split} must hold numbers, got dtype {x.dtype}")
+    if train_x.dtype == np.uint8 and test_x.dtype != np.uint8:  # test_x would miss the 1/255 scaling
+        raise ValueError(f"train_x is uint8 but test_x is {test_x.dtype}: both must be uint8 images (scaled "
+                         "by 1/255) or both other numbers")
+    if not train_y.size:
+        raise ValueError("train_y is empty: the data set has no training samples")
+    if not test_y.size:
+        raise ValueError("test_y is empty: the data set has no test samples to measure accuracy on")
     scale = 1.0 / 255.0 if train_x.dtype == np.uint8 else 1.0
     if train_x.dtype != np.uint8:
         train_x, test_x = train_x.astype(np.float32), test_x.astype(np.float32)
-    if input_mean is None or input_std is None:
-        mean, std = input_statistics(train_x, scale)
+        _check_finite("train_x", train_x)
+        _check_finite("test_x", test_x)
+    present = np.unique(train_y)
+    if class_names is not None:
+        names = tuple(str(c) for c in np.ravel(np.asarray(class_names)))
+        num_classes = len(names)
+        for split, y in (("train_y", train_y), ("test_y", test_y)):
+            if y.max() >= num_classes:
+                raise ValueError(f"{split} holds label {int(y.max())} but class_names names {num_classes} "
+                                 f"classes (labels 0..{num_classes - 1})")
     else:
-        mean, std = tuple(np.ravel(input_mean).astype(float)), tuple(np.ravel(input_std).astype(float))
-    num_classes = int(max(train_y.max(initial=-1), test_y.max(initial=-1)) + 1)
-    names = tuple(str(c) for c in class_names) if class_names is not None else tuple(map(str, range(num_classes)))
+        num_classes = int(present.size)
+        if present[-1] != num_classes - 1:  # labels skip classes: a stray label makes phantom classes
+            missing = np.setdiff1d(np.arange(present[-1] + 1), present)
+            raise ValueError(f"train_y holds label {int(present[-1])} but only {num_classes} distinct labels: "
+                             f"classes {_span(missing)} have no training sample (labels must be 0..C-1; "
+                             "give class_names to declare classes without training samples)")
+        names = tuple(map(str, range(num_classes)))
+        if test_y.max() >= num_classes:
+            raise ValueError(f"test_y holds label {int(test_y.max())}, outside the training classes "
+                             f"0..{num_classes - 1} (train_y)")
+    channels = train_x.shape[-1] if train_x.ndim > 1 else 1
+    mean = std = None
+    if input_mean is not None:
+        mean = _check_stats("input_mean", input_mean, channels, positive=False)
+    if input_std is not None:
+        std = _check_stats("input_std", input_std, channels, positive=True)
+    if mean is None or std is None:
+        computed_mean, computed_std = input_statistics(train_x, scale)
+        flat = train_x.reshape(-1, channels)
+        if std is None and np.array_equal(flat.min(axis=0), flat.max(axis=0)):
+            raise ValueError("train_x: every training sample is the same (no input varies), so there is "
+                             "nothing to learn and no spread to normalise by")
+        mean = computed_mean if mean is None else mean
+        std = computed_std if std is None else std
     keys = None if train_client is None else np.unique(np.asarray(train_client), return_inverse=True)[1]
-    return ArrayDataset(name, train_x, train_y, test_x, test_y, max(num_classes, len(names)), names,
-                        None if keys is None else keys.astype(np.int64), scale, mean, std, description)
+    return ArrayDataset(name, train_x, train_y.astype(np.int32), test_x, test_y.astype(np.int32), num_classes,
+                        names, None if keys is None else keys.astype(np.int64), scale, mean, std,
+                        description)
+
+
+def _span(values: np.ndarray) -> str:
+    """``4..56`` for a run of consecutive integers, else the first few listed."""
+    v = values.tolist()
+    if len(v) > 2 and v[-1] - v[0] == len(v) - 1:
+        return f"{v[0]}..{v[-1]}"
+    return ", ".join(map(str, v[:8])) + (", ..." if len(v) > 8 else "")
 
 
 def load_arrays_npz(path: str | os.PathLike) -> ArrayDataset:

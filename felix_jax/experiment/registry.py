@@ -23,6 +23,7 @@ import numpy as np
 
 from ..models import cifar_cnn, mlp, speech_resnet
 from ..models.base import Model
+from ..options import OptionError
 from ..traces import (AvailabilityTrace, DeviceProfile, always_available, flash_profile, load_device_profile,
                       load_fedscale_trace, load_interval_csv, load_interval_npz, load_reference_trace,
                       paper_halfnormal, reference_profile, slot_bernoulli)
@@ -139,8 +140,31 @@ MODELS: dict[str, Callable[[tuple, int], Model]] = {
 }
 
 
+# the input ranks (per sample) the built-in convolutional models take; the others flatten any input
+MODEL_INPUT_RANKS: dict[str, tuple[tuple[int, ...], str]] = {
+    **{m: ((3,), "image inputs (H, W, C)") for m in ("cifar_cnn", "cifar_cnn_narrow", "cifar_cnn_tiny")},
+    **{m: ((2, 3), "2-D inputs (time, mels) or (H, W, C)") for m in ("speech_resnet", "speech_resnet_small")},
+}
+FLAT_INPUT_MODELS = ("mlp",)  # built-in models that take inputs of any shape (flattened), e.g. (features,)
+
+
+def check_model_input(name: str, input_shape: tuple) -> None:
+    """Refuses (OptionError, one line) a built-in model whose layers cannot take inputs of this shape."""
+    shape = tuple(int(d) for d in input_shape)
+    ranks, needs = MODEL_INPUT_RANKS.get(name, (None, ""))
+    if ranks is not None and len(shape) not in ranks:
+        raise OptionError(f"model={name} needs {needs}, but the data set's inputs have shape {shape} per "
+                          f"sample; for flat inputs use model={' or '.join(FLAT_INPUT_MODELS)}")
+    if name.startswith("cifar_cnn") and ranks is not None and min(shape[:2]) < 22:
+        # three VALID 3x3 convs, each followed by a 2x2 pool, leave nothing of a smaller image
+        raise OptionError(f"model={name} needs images of at least 22x22, but the data set's inputs have shape "
+                          f"{shape}; for smaller inputs use model={' or '.join(FLAT_INPUT_MODELS)}")
+
+
 def make_model(name: str, input_shape: tuple, num_classes: int) -> Model:
     try:
-        return MODELS[name](tuple(input_shape), num_classes)
+        factory = MODELS[name]
     except KeyError:
         raise KeyError(f"unknown model {name!r}; known: {', '.join(MODELS)}") from None
+    check_model_input(name, input_shape)
+    return factory(tuple(input_shape), num_classes)

@@ -20,6 +20,7 @@ import jax
 import numpy as np
 
 from ..fleet.simulator import Checkpoint, RunRecord
+from ..traces.data_paths import DataFileError, reading
 
 METRIC_COLUMNS = ["time_s", "hours", "version", "accuracy", "loss", "bytes_total", "staleness_mean", "interval_s"]
 # what a run writes into its folder (``--overwrite`` clears these, nothing else)
@@ -80,6 +81,41 @@ def write_metrics_csv(path: str | Path, checkpoints: list[Checkpoint]) -> Path:
         for cp in checkpoints:
             stream(cp)
     return Path(path)
+
+
+def read_metrics_csv(path: str | Path) -> list[Checkpoint]:
+    """The checkpoints of a run's ``metrics.csv``; a :class:`DataFileError` naming the file (one line)
+    when it is not one: unreadable, missing columns, a row that is not numbers, or no rows at all."""
+    path = Path(path)
+    needed = ("time_s", "version", "accuracy", "loss", "bytes_total", "staleness_mean", "interval_s")
+    with reading(path, "a run's metrics.csv"):
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            if reader.fieldnames is None:
+                raise DataFileError(path, "the file is empty (not even the header): nothing to plot")
+            missing = [c for c in needed if c not in reader.fieldnames]
+            if missing:
+                raise DataFileError(path, f"not a run's metrics.csv: no column {', '.join(missing)} "
+                                          f"(expected the header {','.join(METRIC_COLUMNS)})")
+            checkpoints = []
+            for line, r in enumerate(reader, start=2):
+                bad = next((c for c in needed if not _is_number(r.get(c))), None)
+                if bad is not None:
+                    raise DataFileError(path, f"line {line}: {bad} is {r.get(bad)!r}, not a number")
+                checkpoints.append(Checkpoint(float(r["time_s"]), int(float(r["version"])), float(r["accuracy"]),
+                                              float(r["loss"]), int(float(r["bytes_total"])),
+                                              float(r["staleness_mean"]), float(r["interval_s"])))
+    if not checkpoints:
+        raise DataFileError(path, "no checkpoint rows (a header only): nothing to plot")
+    return checkpoints
+
+
+def _is_number(text) -> bool:
+    try:
+        float(text)
+        return True
+    except (TypeError, ValueError):
+        return False
 
 
 class MetricsStream:
@@ -196,6 +232,13 @@ def write_results(out_dir: str | Path, config: dict, record: RunRecord, summary:
 
 
 def plot_accuracy(record: RunRecord, path: Path, title: str = "", target: float | None = None) -> None:
+    """``accuracy.png`` of a record's test checkpoints. A record without checkpoints (every run has
+    one at t=0: what is plotted came from an empty or unreadable ``metrics.csv``) is refused with a
+    ValueError naming that file, never drawn as an empty figure."""
+    if not record.checkpoints:
+        raise DataFileError(Path(path).parent / "metrics.csv",
+                            f"no test checkpoints to plot (empty, header only, or not a run's metrics.csv "
+                            f"with the header {','.join(METRIC_COLUMNS)})")
     import matplotlib
 
     matplotlib.use("Agg")

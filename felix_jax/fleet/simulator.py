@@ -42,6 +42,11 @@ TRAIN_TIERS = frozenset({int(Tier.AVL_TRAIN)})
 EVAL_TIERS = frozenset({int(Tier.AVL_TRAIN), int(Tier.AVL_EVAL)})
 
 
+class PolicyError(RuntimeError):
+    """A selector or aggregator (a plugin's, typically) broke its contract: bad client ids, bad
+    weights. One line naming the policy and what it returned."""
+
+
 @dataclasses.dataclass
 class Update:
     """A training reply waiting in the aggregation buffer."""
@@ -293,11 +298,21 @@ class FleetSimulator:
             self._sel_state = state
         else:
             self._eval_sel_state = state
-        clients = np.asarray(clients, np.int64)
+        raw = np.asarray(clients)
+        n = len(eligible)
+        if raw.ndim != 1 or (raw.size and raw.dtype.kind not in "iu"):  # not ids (floats, a boolean mask...)
+            raise PolicyError(f"selector {selector.name} returned {raw.ravel()[:8].tolist()!r} (dtype "
+                               f"{raw.dtype}, shape {raw.shape}): expected a 1-D array of integer client ids "
+                               f"in [0, {n})")
+        clients = raw.astype(np.int64)
+        if np.any((clients < 0) | (clients >= n)):
+            bad = clients[(clients < 0) | (clients >= n)]
+            raise PolicyError(f"selector {selector.name} returned client ids {bad[:8].tolist()} outside [0, {n})")
         if len(clients) and not eligible[clients].all():
-            raise RuntimeError(f"selector {selector.name} picked ineligible clients")
+            raise PolicyError(f"selector {selector.name} picked ineligible clients "
+                              f"{clients[~eligible[clients]][:8].tolist()}")
         if len(np.unique(clients)) != len(clients):
-            raise RuntimeError(f"selector {selector.name} picked a client twice")
+            raise PolicyError(f"selector {selector.name} picked a client twice")
         for c in clients:
             self._dispatch(int(c), kind)
         return len(clients)
@@ -528,7 +543,7 @@ class FleetSimulator:
             info = info._make(None if field is None else np.asarray(field)[keep] for field in info)
         weights = np.asarray(self.aggregator.weights(info), np.float64)
         if weights.shape != (int(keep.sum()),) or not np.all(np.isfinite(weights)) or (weights < 0).any():
-            raise RuntimeError(f"aggregator {self.aggregator.name} returned bad weights {weights}")
+            raise PolicyError(f"aggregator {self.aggregator.name} returned bad weights {weights}")
         self.acct.staleness.extend(int(s) for s in info.staleness)
         self.acct.agg_weights.extend(float(w) for w in weights)
         self.acct.zero_weight_updates += int((weights == 0).sum())

@@ -1,0 +1,245 @@
+"""Hostile user inputs: each ends in one clear error naming the file, array or field at fault,
+never a traceback from deep inside and never a silently wrong run."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from felix_jax.cli import main
+from felix_jax.data.user import load_arrays_npz
+from felix_jax.options import OptionError
+from felix_jax.traces import DataFileError, load_device_profile, load_fedscale_trace
+
+TINY = ["--preset", "tiny", "--quiet", "--set", "max_aggregations=2", "--set", "target_accuracy=none"]
+
+
+def refused(argv: list[str], *expected: str) -> str:
+    """Runs the CLI in this process; asserts one line naming the command and each ``expected`` text."""
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    message = info.value.code
+    assert isinstance(message, str), f"exit {message!r} without a message"
+    assert "\n" not in message and message.startswith(f"felix-jax {argv[0]}: "), message
+    for text in expected:
+        assert text in message, message
+    return message
+
+
+# ------------------------------------------------------------------ 1. a user's NPZ data set
+def user_arrays(n: int = 40, classes: int = 4, **changes) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    arrays = dict(train_x=rng.integers(0, 256, (n, 8, 8, 3), dtype=np.uint8), train_y=np.arange(n) % classes,
+                  test_x=rng.integers(0, 256, (12, 8, 8, 3), dtype=np.uint8), test_y=np.arange(12) % classes)
+    arrays.update(changes)
+    return arrays
+
+
+def flat_arrays(**changes) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(40, 20)).astype(np.float32)
+    return user_arrays(train_x=x, test_x=x[:12].copy(), **changes)
+
+
+def npz_refused(tmp_path, arrays: dict, *expected: str) -> str:
+    path = tmp_path / "mine.npz"
+    np.savez(path, **arrays)
+    with pytest.raises(DataFileError) as info:
+        load_arrays_npz(path)
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(str(path)), message
+    for text in expected:
+        assert text in message, message
+    return message
+
+
+def test_a_stray_training_label_does_not_build_phantom_classes(tmp_path):
+    labels = np.r_[np.arange(39) % 4, 57]  # classes 0..3 and one 57: not a 58-class model
+    npz_refused(tmp_path, user_arrays(train_y=labels), "train_y", "57", "4..56")
+
+
+def test_a_test_label_outside_the_training_classes_is_refused(tmp_path):
+    npz_refused(tmp_path, user_arrays(test_y=np.r_[np.arange(11) % 4, 4]), "test_y", "4", "0..3")
+
+
+def test_fractional_float_labels_are_refused_whole_floats_accepted(tmp_path):
+    labels = (np.arange(40) % 4).astype(np.float64)
+    labels[7] = 0.7
+    npz_refused(tmp_path, user_arrays(train_y=labels), "train_y", "0.7", "index 7")
+    npz_refused(tmp_path, user_arrays(train_y=np.r_[np.arange(39) % 4, -1]), "train_y", "negative")
+    np.savez(tmp_path / "whole.npz", **user_arrays(train_y=(np.arange(40) % 4).astype(np.float32)))
+    ds = load_arrays_npz(tmp_path / "whole.npz")
+    assert ds.num_classes == 4 and ds.train_y.dtype == np.int32
+
+
+@pytest.mark.parametrize("split", ["train_x", "test_x"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_nan_or_inf_inputs_are_refused_naming_the_array(tmp_path, split, bad):
+    arrays = flat_arrays()
+    arrays[split][3, 5] = bad
+    npz_refused(tmp_path, arrays, split, "NaN or inf", "sample 3")
+
+
+@pytest.mark.parametrize("std", [[1.0, 0.0, 1.0], [1.0, np.nan, 1.0], [np.inf], [-1.0]])
+def test_an_input_std_that_is_not_finite_and_positive_is_refused(tmp_path, std):
+    arrays = user_arrays(input_mean=np.zeros(3), input_std=np.array(std))
+    npz_refused(tmp_path, arrays, "input_std", "finite and > 0")
+
+
+def test_training_inputs_without_spread_are_refused(tmp_path):
+    npz_refused(tmp_path, user_arrays(train_x=np.full((40, 8, 8, 3), 7, np.uint8)), "train_x", "spread")
+    # a valid set with its own normalisation still loads
+    np.savez(tmp_path / "ok.npz", **flat_arrays(input_mean=np.zeros(20), input_std=np.ones(20)))
+    ds = load_arrays_npz(tmp_path / "ok.npz")
+    assert ds.num_classes == 4 and ds.input_shape == (20,) and ds.input_std == (1.0,) * 20
+
+
+# ------------------------------------------------------------------ 2. device-profile CSV
+def test_fractional_client_ids_in_a_device_profile_are_refused(tmp_path):
+    (tmp_path / "p.csv").write_text("client,train_delay_s\n0.5,10\n1.5,20\n")
+    with pytest.raises(DataFileError, match=r"p\.csv: client ids must be whole numbers, found 0\.5"):
+        load_device_profile(tmp_path / "p.csv")
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "train_delay_s,compute_speed\n", "client,train_delay_s\n"],
+                         ids=["empty", "blank-lines", "header-only", "header-only-with-client"])
+def test_an_empty_or_header_only_device_profile_is_one_clear_error(tmp_path, text):
+    (tmp_path / "p.csv").write_text(text)
+    with pytest.raises(DataFileError, match=r"p\.csv: .*(empty|no clients)"):
+        load_device_profile(tmp_path / "p.csv")
+    refused(["run", *TINY, "--set", f"device_profile={tmp_path / 'p.csv'}", "--out", str(tmp_path / "o")],
+            "p.csv")
+
+
+# ------------------------------------------------------------------ 3. FedScale trace
+def test_a_fedscale_trace_with_nested_time_lists_names_the_client_and_field(tmp_path):
+    path = tmp_path / "behave.json"
+    path.write_text(json.dumps({"7": {"active": [0, 5], "inactive": [2, 9], "finish_time": 10},
+                                "8": {"active": [[0, 1]], "inactive": [5], "finish_time": 10}}))
+    with pytest.raises(DataFileError, match=r"behave\.json: client '8': active\[0\] is \[0, 1\], not a number"):
+        load_fedscale_trace(path)
+    path.write_text(json.dumps({"0": {"active": [[0, 1]], "inactive": [5], "finish_time": 10}}))
+    with pytest.raises(DataFileError, match=r"client '0': active\[0\] is \[0, 1\]"):
+        load_fedscale_trace(path)
+    path.write_text(json.dumps({"3": {"active": [0], "inactive": [[4, 5]], "finish_time": 10}}))
+    with pytest.raises(DataFileError, match=r"client '3': inactive\[0\]"):
+        load_fedscale_trace(path)
+
+
+# ------------------------------------------------------------------ 4. flat features, image model
+def test_flat_features_with_an_image_model_are_refused_before_the_run(tmp_path):
+    from felix_jax.experiment.registry import make_model
+
+    with pytest.raises(OptionError, match=r"model=cifar_cnn needs image inputs \(H, W, C\).*\(20,\).*model=mlp"):
+        make_model("cifar_cnn", (20,), 4)
+    with pytest.raises(OptionError, match="at least 22x22"):  # an image too small for its three conv+pool stages
+        make_model("cifar_cnn_tiny", (8, 8, 3), 4)
+    assert make_model("mlp", (20,), 4).num_params > 0
+    np.savez(tmp_path / "flat.npz", **flat_arrays())
+    refused(["run", *TINY, "--set", f"dataset={tmp_path / 'flat.npz'}", "--set", "model=cifar_cnn",
+             "--out", str(tmp_path / "o")], "model=cifar_cnn", "image inputs (H, W, C)", "(20,)", "model=mlp")
+
+
+# ------------------------------------------------------------------ 5. a plugin selector's bad ids
+def _simulator(selector):
+    from felix_jax.cohort import CohortEngine, LocalTrainConfig
+    from felix_jax.data.federated import held_out_to_device, to_device
+    from felix_jax.data.partition import partition_from_counts
+    from felix_jax.fleet import FleetConfig, StopRule
+    from felix_jax.fleet.modes import AsyncMode
+    from felix_jax.fleet.simulator import FleetSimulator
+    from felix_jax.models import mlp
+    from felix_jax.policies import make_aggregator
+    from felix_jax.traces import AvailabilityTrace, DeviceProfile, Tier
+    from tests.conftest import make_image_dataset
+
+    n, model = 3, mlp((8, 8, 3), hidden=(4,))
+    ds = make_image_dataset(num_train=20 * n, num_test=8)
+    data = to_device(ds, partition_from_counts(20 * n, np.full(n, 20), seed=0))
+    trace = AvailabilityTrace.from_client_lists([[0.0]] * n, [[int(Tier.AVL_TRAIN)]] * n)
+    return FleetSimulator(
+        model=model, engine=CohortEngine(model, data, LocalTrainConfig(batch_size=8, mode="steps", local_steps=1)),
+        trace=trace, profile=DeviceProfile.uniform(n, train_delay_s=5.0), test=held_out_to_device(ds),
+        init_params=model.init(jax.random.key(0)), config=FleetConfig(mode="async", concurrency=2),
+        selector=selector, aggregator=make_aggregator("fedbuff"), mode=AsyncMode(),
+        stop=StopRule(max_aggregations=2, max_virtual_s=1000.0))
+
+
+_PICKED: list = [[]]  # what the hostile selector below returns (set by each test)
+
+
+def _make_hostile_selector():
+    from felix_jax.policies import Selector
+
+    return Selector("test-hostile-ids", lambda: None, lambda state, ctx, k: (np.asarray(_PICKED[0]), state))
+
+
+@pytest.mark.parametrize("picked, expected", [
+    ([999], r"client ids \[999\] outside \[0, 3\)"),
+    ([0, -1], r"client ids \[-1\] outside \[0, 3\)"),
+    ([0.0, 1.5], r"float64.*integer client ids in \[0, 3\)"),
+], ids=["999", "minus-1", "floats"])
+def test_a_plugin_selector_returning_bad_ids_is_a_clear_error(picked, expected):
+    from felix_jax import plugins
+    from felix_jax.policies import make_selector
+
+    plugins.selector("test-hostile-ids")(_make_hostile_selector)
+    _PICKED[0] = picked
+    sim = _simulator(make_selector("test-hostile-ids"))
+    with pytest.raises(RuntimeError, match="selector test-hostile-ids returned .*" + expected):
+        sim.run()
+
+
+# ------------------------------------------------------------------ 6. felix-jax plot on a bad metrics.csv
+@pytest.mark.parametrize("text, expected", [
+    ("", "the file is empty"), ("time_s,hours,version,accuracy,loss,bytes_total,staleness_mean,interval_s\n",
+                                "no checkpoint rows"),
+    ("hello world\n", "no column time_s"), ("\x00\x01garbage", "no column time_s"),
+    ("time_s,hours,version,accuracy,loss,bytes_total,staleness_mean,interval_s\n1,2\n", "line 2"),
+    ("hello\nworld\nagain\n", "no column time_s")],
+    ids=["empty", "header-only", "one-garbage-line", "binary", "short-row", "garbage-lines"])
+def test_plot_refuses_an_empty_or_garbage_metrics_csv_naming_it(tmp_path, text, expected):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "metrics.csv").write_text(text)
+    refused(["plot", str(run_dir)], str(run_dir / "metrics.csv"), expected)
+    assert not (run_dir / "accuracy.png").exists()
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("", "empty"),
+    ("a,b\n1,2\n", "no column time_s"),
+    ("time_s,hours,version,accuracy,loss,bytes_total,staleness_mean,interval_s\n1,2\n", "line 2: version is None"),
+    ("time_s,hours,version,accuracy,loss,bytes_total,staleness_mean,interval_s\nx,0,0,0,0,0,0,0\n",
+     "line 2: time_s is 'x'"),
+    ("time_s,hours,version,accuracy,loss,bytes_total,staleness_mean,interval_s\n", "no checkpoint rows"),
+], ids=["empty", "other-columns", "short-row", "not-a-number", "header-only"])
+def test_read_metrics_csv_names_the_file_and_the_fault(tmp_path, text, expected):
+    from felix_jax.experiment.results import read_metrics_csv
+
+    (tmp_path / "metrics.csv").write_text(text)
+    with pytest.raises(DataFileError, match="metrics.csv: .*" + expected):
+        read_metrics_csv(tmp_path / "metrics.csv")
+
+
+def test_a_plugin_selector_with_bad_ids_ends_the_cli_run_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    plugin = tmp_path / "bad_ids.py"
+    plugin.write_text(
+        "import numpy as np\n"
+        "from felix_jax import plugins\n"
+        "from felix_jax.policies import Selector\n"
+        "@plugins.selector('cli-bad-ids')\n"
+        "def make():\n"
+        "    return Selector('cli-bad-ids', lambda: None, lambda state, ctx, k: (np.array([999]), state))\n"
+        "plugins.strategy('bad-ids', mode='async', knowledge='none', selector='cli-bad-ids', aggregator='fedbuff')\n")
+    proc = subprocess.run([sys.executable, "-m", "felix_jax.cli", "run", "--preset", "tiny", "--quiet",
+                           "--set", f"plugins={plugin}", "--set", "strategy=bad-ids", "--out", str(tmp_path / "r")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "selector cli-bad-ids returned client ids [999] outside [0, 12)" in proc.stderr
