@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import signal
@@ -129,10 +130,8 @@ def _check_devices(scenario) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .compile_cache import enable_compilation_cache
     from .experiment import Scenario, get_preset
-    from .experiment.results import OutputDirError, prepare_out_dir
-    from .experiment.runner import run
+    from .experiment.results import OutputDirError, folder_lock, prepare_out_dir, remove_if_unused
 
     if args.list:
         _print_listing()
@@ -162,10 +161,22 @@ def _run(args: argparse.Namespace) -> int:
             f"{scenario.name}-{scenario.strategy}-{scenario.availability}-seed{scenario.seed}")
     _check_devices(scenario)
     created = not out.exists()
-    try:  # before any training: a folder that cannot take the results, or holds another run's
-        prepare_out_dir(out, clear=args.overwrite, refuse_existing=not args.resume)
-    except OutputDirError as e:
-        raise SystemExit(f"felix-jax run: {e}")
+    with contextlib.ExitStack() as held:
+        try:  # before any training: one writer per folder, one that can take the results and holds no other run's
+            held.enter_context(folder_lock(out, "felix-jax run"))
+            prepare_out_dir(out, clear=args.overwrite, refuse_existing=not args.resume)
+        except OutputDirError as e:
+            if created:
+                remove_if_unused(out)
+            raise SystemExit(f"felix-jax run: {e}")
+        return _run_locked(args, scenario, out, created, snapshots)
+
+
+def _run_locked(args, scenario, out: Path, created: bool, snapshots: dict) -> int:
+    from .compile_cache import enable_compilation_cache
+    from .experiment.results import remove_if_unused
+    from .experiment.runner import run
+
     enable_compilation_cache()
     print(f"felix-jax run: {scenario.name} | strategy {scenario.strategy} | availability {scenario.availability} "
           f"| {scenario.num_clients} clients | results -> {out}", flush=True)
@@ -173,8 +184,8 @@ def _run(args: argparse.Namespace) -> int:
         result = run(scenario, out, progress=not args.quiet, stop_on_signals=True, resume=bool(args.resume),
                      wall_budget_s=args.wall_budget_s, **snapshots)
     except USER_ERRORS as e:
-        if created and not any(out.iterdir()):  # refused before it wrote anything: leave no empty folder
-            out.rmdir()
+        if created:  # refused before it wrote anything: leave no empty folder
+            remove_if_unused(out)
         raise SystemExit(f"felix-jax run: {_one_line(e)}")
     except KeyboardInterrupt:  # a second interrupt: stopped at once, metrics.csv holds what was reached
         print(f"felix-jax run: interrupted twice, stopped at once; {out}/metrics.csv holds the checkpoints so far",
@@ -194,15 +205,18 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from .compile_cache import enable_compilation_cache
     from .experiment import get_preset
-    from .experiment.compare import comparison_table, plot_comparison, run_matrix
     from .experiment.registry import make_trace
-    from .experiment.results import OutputDirError, prepare_out_dir
+    from .experiment.results import OutputDirError, folder_lock, prepare_out_dir
     from .traces import REFERENCE_TRACE_NAMES
 
+    sets = _parse_sets(args.set or [])
+    for key, flag in (("strategy", "--strategies"), ("availability", "--availability"), ("seed", "--seeds")):
+        if key in sets:  # an axis of the matrix: the flag sets it, a --set would be silently overridden
+            raise SystemExit(f"felix-jax compare: --set {key}=...: {key} is an axis of the comparison; "
+                             f"give it with {flag}")
     try:
-        base = get_preset(args.scenario).with_overrides(_parse_sets(args.set or []))
+        base = get_preset(args.scenario).with_overrides(sets)
     except (KeyError, ValueError) as e:
         raise SystemExit(f"felix-jax compare: {_one_line(e)}")
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
@@ -213,6 +227,10 @@ def _compare(args: argparse.Namespace) -> int:
         raise SystemExit(f"felix-jax compare: --seeds expects comma-separated integers, got {args.seeds!r}")
     if not (strategies and regimes and seeds):
         raise SystemExit("felix-jax compare: --strategies, --availability and --seeds need at least one entry each")
+    for flag, values in (("--strategies", strategies), ("--availability", regimes), ("--seeds", seeds)):
+        twice = sorted({str(v) for v in values if values.count(v) > 1})
+        if twice:
+            raise SystemExit(f"felix-jax compare: {flag} lists {', '.join(twice)} more than once")
     for name in strategies:  # fail before hours of work, not in the middle
         try:
             for seed in seeds:
@@ -228,14 +246,23 @@ def _compare(args: argparse.Namespace) -> int:
         except USER_ERRORS as e:
             raise SystemExit(f"felix-jax compare: availability {rg!r}: {_one_line(e)}")
     out = Path(args.out or f"results/compare-{base.name}")
-    try:
-        prepare_out_dir(out)
-    except OutputDirError as e:
-        raise SystemExit(f"felix-jax compare: {e}")
+    with contextlib.ExitStack() as held:
+        try:  # one writer per folder for the whole comparison
+            held.enter_context(folder_lock(out, "felix-jax compare"))
+            prepare_out_dir(out)
+        except OutputDirError as e:
+            raise SystemExit(f"felix-jax compare: {e}")
+        return _compare_locked(args, base, strategies, regimes, seeds, out)
+
+
+def _compare_locked(args, base, strategies, regimes, seeds, out: Path) -> int:
+    from .compile_cache import enable_compilation_cache
+    from .experiment.compare import CellChanged, comparison_table, plot_comparison, run_matrix
+
     enable_compilation_cache()
     try:
         rows = run_matrix(base, strategies, regimes, seeds, out, progress=not args.quiet, resume=not args.overwrite)
-    except USER_ERRORS as e:
+    except (*USER_ERRORS, CellChanged) as e:
         raise SystemExit(f"felix-jax compare: {_one_line(e)}")
     except KeyboardInterrupt:  # finished cells are on disk; the same command resumes from them
         print(f"felix-jax compare: interrupted; finished cells are kept in {out}/runs, and the same command "

@@ -113,3 +113,83 @@ def test_run_arguments_are_refused_before_anything_is_written(tmp_path, argv, ex
 def test_resume_refuses_a_preset_it_would_ignore(tmp_path):
     with pytest.raises(SystemExit, match="no --preset"):
         main(["run", "--resume", str(tmp_path), "--preset", "quickstart"])
+
+
+# ------------------------------------------------------------------ one writer per results folder
+def _hold_lock(folder):
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-c",
+                             "import sys, time\n"
+                             "from felix_jax.experiment.results import folder_lock\n"
+                             f"with folder_lock({str(folder)!r}, 'holder'):\n"
+                             "    print('held', flush=True)\n"
+                             "    time.sleep(600)\n"], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    time.sleep(0.1)
+    return proc
+
+
+def test_a_second_writer_is_refused_and_a_killed_holder_blocks_nothing(tmp_path):
+    import signal
+
+    out = tmp_path / "r"
+    holder = _hold_lock(out)
+    try:
+        for argv in (["run", "--preset", "tiny", "--quiet", "--out", str(out)],
+                     ["compare", "--scenario", "tiny", "--strategies", "fedbuff", "--availability", "avail100",
+                      "--quiet", "--out", str(out)]):
+            with pytest.raises(SystemExit, match=r"being written by another process \(holder, pid \d+\)") as e:
+                main(argv)
+            assert "\n" not in str(e.value)
+        assert not (out / "config.json").exists()
+    finally:
+        holder.send_signal(signal.SIGKILL)  # kill -9: the kernel drops the lock
+        holder.wait()
+    assert main(["run", "--preset", "tiny", "--quiet", "--set", "max_aggregations=2", "--out", str(out)]) == 0
+
+
+# ------------------------------------------------------------------ compare keeps what it finished
+COMPARE = ["compare", "--scenario", "tiny", "--strategies", "fedbuff", "--availability", "avail100", "--quiet"]
+
+
+def test_compare_refuses_to_replace_a_finished_cell_run_with_other_settings(tmp_path):
+    out = str(tmp_path / "c")
+    assert main([*COMPARE, "--set", "max_aggregations=4", "--out", out]) == 0
+    cell = tmp_path / "c" / "runs" / "fedbuff-avail100-seed0" / "metrics.csv"
+    before = cell.read_bytes()
+    with pytest.raises(SystemExit, match=r"finished with another scenario \(max_aggregations 4 -> 2\).*--overwrite"):
+        main([*COMPARE, "--set", "max_aggregations=2", "--out", out])
+    assert cell.read_bytes() == before
+    assert main([*COMPARE, "--set", "max_aggregations=2", "--out", out, "--overwrite"]) == 0
+    assert cell.read_bytes() != before
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["--seeds", "0,0"], "--seeds lists 0 more than once"),
+    (["--strategies", "fedbuff,fedbuff"], "--strategies lists fedbuff more than once"),
+    (["--set", "availability=my_trace.csv"], "availability is an axis of the comparison; give it with --availability"),
+    (["--set", "seed=3"], "seed is an axis"),
+])
+def test_compare_refuses_repeated_cells_and_axes_given_by_set(tmp_path, argv, expected):
+    with pytest.raises(SystemExit, match=expected):
+        main([*COMPARE, "--out", str(tmp_path / "c"), *argv])
+    assert not (tmp_path / "c").exists()
+
+
+def test_compare_redraws_every_figure_from_the_cells_it_has(tmp_path):
+    out = tmp_path / "c"
+    out.mkdir()
+    (out / "cdfs.png").write_bytes(b"a stale figure of another strategy list")
+    assert main([*COMPARE, "--set", "max_aggregations=2", "--out", str(out)]) == 0
+    stale = (out / "cdfs.png")
+    assert not stale.exists() or stale.read_bytes() != b"a stale figure of another strategy list"
+
+
+def test_a_trace_file_names_its_cells_by_file_name(tmp_path):
+    from felix_jax.experiment.compare import cell_dir
+
+    assert cell_dir(tmp_path, "felix", "/data/x/my_trace.csv", 0).name == "felix-file_my_trace.csv-seed0"
+    assert cell_dir(tmp_path, "felix", "ref:syn_50", 1).name == "felix-ref_syn_50-seed1"

@@ -30,9 +30,31 @@ SUMMARY_COLUMNS = ["strategy", "scenario", "availability", "seed", "time_to_targ
                    "host_seconds"]
 
 
+FIGURES = ("accuracy.png", "bytes.png", "cdfs.png")
+
+
 def cell_dir(out: Path, strategy: str, regime: str, seed: int) -> Path:
     name = strategy.replace("@", "+").replace("=", "-").replace(";", "+")  # a variant's label too
+    if "/" in regime or "\\" in regime:  # a trace file: its name, not its path, names the folder
+        regime = "file_" + Path(regime).name
     return out / "runs" / f"{name}-{regime.replace(':', '_')}-seed{seed}"
+
+
+class CellChanged(ValueError):
+    """A finished cell's recorded scenario differs from the one asked for (one line naming both)."""
+
+
+def _changed_cell(sc: Scenario, run_dir: Path) -> str | None:
+    """The keys in which a finished cell's recorded scenario differs from ``sc`` (None: no finished
+    cell there, or the same scenario)."""
+    try:
+        config = json.loads((run_dir / "config.json").read_text())
+        json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    recorded, wanted = config.get("scenario", {}), json.loads(json.dumps(sc.to_json(), default=str))
+    keys = sorted(k for k in set(recorded) | set(wanted) if recorded.get(k) != wanted.get(k))
+    return None if not keys else ", ".join(f"{k} {recorded.get(k)!r} -> {wanted.get(k)!r}" for k in keys[:6])
 
 
 def parse_cell_strategy(spec: str) -> tuple[str, dict[str, str]]:
@@ -94,8 +116,15 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
     labels = [spec for spec, _, _ in todo]
     rows: list[dict | None] = [None] * len(todo)
     pending = []
+    if len(set(map(tuple, todo))) < len(todo):
+        twice = sorted({f"{a}/{b}/seed{c}" for a, b, c in todo if todo.count((a, b, c)) > 1})
+        raise CellChanged(f"cells asked for twice: {', '.join(twice)} (repeated strategies, regimes or seeds)")
     for i, sc in enumerate(scenarios):
         run_dir = cell_dir(out, labels[i], sc.availability, sc.seed)
+        changed = _changed_cell(sc, run_dir) if resume else None
+        if changed is not None:
+            raise CellChanged(f"cell {run_dir} finished with another scenario ({changed}); pass --overwrite to "
+                              "rerun it, or choose another --out")
         done = _finished_row(sc, run_dir) if resume else None
         if done is not None:
             rows[i] = _row(sc, base, done, run_dir, labels[i])
@@ -221,6 +250,8 @@ def plot_comparison(rows: list[dict], strategies: list[str], regimes: list[str],
     import matplotlib.pyplot as plt
 
     paths = []
+    for name in FIGURES:  # every figure is redrawn from the cells there are: none outlives its data
+        (out / name).unlink(missing_ok=True)
     fig, axes = plt.subplots(1, len(regimes), figsize=(4.2 * len(regimes), 3.4), squeeze=False)
     for ax, rg in zip(axes[0], regimes):
         for st in strategies:

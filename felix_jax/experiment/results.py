@@ -9,8 +9,11 @@ it is interrupted). The folder is checked before any training
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import fcntl
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -30,6 +33,72 @@ SNAPSHOT_DIR = "snapshot"  # a run's snapshots (felix_jax.fleet.snapshot), for -
 
 class OutputDirError(ValueError):
     """The results folder cannot be used; the message is one line naming it."""
+
+
+LOCK_FILE = ".felix-jax.lock"  # held (flock) by the one process writing a results folder
+_HELD: dict[Path, list] = {}  # this process's held folder locks: [file, depth] (re-entrant)
+
+
+@contextlib.contextmanager
+def folder_lock(out_dir: str | Path, what: str = "felix-jax"):
+    """Holds the results folder ``out_dir`` for one writer (created if needed) for the ``with`` block.
+
+    An exclusive ``flock`` on ``out_dir/.felix-jax.lock``: a second process is refused with an
+    :class:`OutputDirError` naming the holder's pid; the kernel drops the lock of a process that
+    dies (``kill -9`` included), so a stale lock file never blocks the next run. Re-entrant within
+    a process (``compare`` holds its folder while each cell's run holds its own).
+    """
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise OutputDirError(f"results folder {out} is a file, not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputDirError(f"cannot write results to {out}: {e.strerror or e}") from None
+    key = out.resolve()
+    if key in _HELD:
+        _HELD[key][1] += 1
+        try:
+            yield out
+        finally:
+            _HELD[key][1] -= 1
+        return
+    try:
+        f = open(out / LOCK_FILE, "a+")
+    except OSError as e:
+        raise OutputDirError(f"cannot write results to {out}: {e.strerror or e}") from None
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.seek(0)
+        holder = f.read().strip() or "unknown"
+        f.close()
+        raise OutputDirError(f"results folder {out} is being written by another process ({holder}); wait for "
+                             "it to finish or choose another --out") from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"{what}, pid {os.getpid()}\n")
+    f.flush()
+    _HELD[key] = [f, 1]
+    try:
+        yield out
+    finally:
+        _HELD[key][1] -= 1
+        if _HELD[key][1] == 0:
+            del _HELD[key]
+            fcntl.flock(f, fcntl.LOCK_UN)
+            f.close()
+
+
+def remove_if_unused(out_dir: str | Path) -> None:
+    """Removes a results folder that holds nothing but its lock file (a run refused before it wrote)."""
+    out = Path(out_dir)
+    try:
+        if out.is_dir() and {p.name for p in out.iterdir()} <= {LOCK_FILE}:
+            (out / LOCK_FILE).unlink(missing_ok=True)
+            out.rmdir()
+    except OSError:
+        pass
 
 
 def prepare_out_dir(out_dir: str | Path, clear: bool = False, refuse_existing: bool = False) -> Path:

@@ -29,7 +29,7 @@ from ..options import OptionError, to_json
 from ..policies import make_aggregator, make_selector
 from .registry import make_model, make_profile, make_trace
 from ..fleet.snapshot import SnapshotPolicy, save_snapshot
-from .results import (SNAPSHOT_DIR, MetricsStream, live_metrics, prepare_out_dir, summarize, write_config,
+from .results import (SNAPSHOT_DIR, MetricsStream, folder_lock, live_metrics, prepare_out_dir, summarize, write_config,
                       write_results)
 from .scenario import Scenario
 
@@ -314,6 +314,16 @@ def run(sc: Scenario, out_dir: str | Path | None = None, progress: bool = False,
     for a signal): a run's results are complete up to there, but where it ends depends on the
     machine's speed, which the stop reason says.
     """
+    if out_dir is None:
+        return _run(sc, None, progress, plot, stop_on_signals, snapshot_every, snapshot_minutes, resume,
+                    wall_budget_s)
+    with folder_lock(out_dir, "felix-jax run"):  # one writer per results folder (re-entrant in a process)
+        return _run(sc, out_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_minutes, resume,
+                    wall_budget_s)
+
+
+def _run(sc, out_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_minutes, resume,
+         wall_budget_s) -> RunResult:
     t_call = time.perf_counter()
     if wall_budget_s is not None and not wall_budget_s > 0:
         raise ValueError(f"wall_budget_s must be > 0 seconds, got {wall_budget_s}")
