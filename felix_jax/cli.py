@@ -157,8 +157,9 @@ def _run(args: argparse.Namespace) -> int:
             scenario = scenario.with_overrides(_parse_sets(args.set or []))
         except (KeyError, ValueError) as e:
             raise SystemExit(f"felix-jax run: {_one_line(e)}")
+        regime = Path(scenario.availability).name.replace(":", "_")  # a trace file by its name, not its path
         out = Path(args.out) if args.out else Path("results") / (
-            f"{scenario.name}-{scenario.strategy}-{scenario.availability}-seed{scenario.seed}")
+            f"{scenario.name}-{scenario.strategy}-{regime}-seed{scenario.seed}")
     _check_devices(scenario)
     created = not out.exists()
     with contextlib.ExitStack() as held:

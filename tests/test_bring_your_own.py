@@ -34,7 +34,7 @@ def test_a_hand_written_csv_trace_runs_from_the_cli(tmp_path, monkeypatch):
                "--set", "num_clients=6", "--set", "concurrency=2", "--quiet", "--out", str(tmp_path / "out")])
     assert rc == 0
     config = json.loads((tmp_path / "out" / "config.json").read_text())
-    assert config["scenario"]["availability"] == "my_trace.csv"
+    assert config["scenario"]["availability"] == str(tmp_path / "my_trace.csv")  # absolute: reruns from anywhere
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["aggregations"] == 3
 
 

@@ -193,3 +193,52 @@ def test_a_trace_file_names_its_cells_by_file_name(tmp_path):
 
     assert cell_dir(tmp_path, "felix", "/data/x/my_trace.csv", 0).name == "felix-file_my_trace.csv-seed0"
     assert cell_dir(tmp_path, "felix", "ref:syn_50", 1).name == "felix-ref_syn_50-seed1"
+
+
+# ------------------------------------------------------------------ config.json reruns exactly, from anywhere
+def _tiny_run(tmp_path, *sets):
+    out = tmp_path / "a"
+    assert main(["run", "--preset", "tiny", "--quiet", "--set", "max_aggregations=3", *sets, "--out", str(out)]) == 0
+    return out
+
+
+@pytest.mark.parametrize("section,key,value", [
+    ("policies", ("aggregator", "server_lr"), 5.0), ("stop", ("max_aggregations",), 999),
+    ("fleet", ("concurrency",), 7), ("update_guard", ("max_norm_ratio",), 1.5)])
+def test_an_edited_resolved_section_is_refused_not_ignored(tmp_path, section, key, value):
+    import json
+
+    out = _tiny_run(tmp_path)
+    config = json.loads((out / "config.json").read_text())
+    node = config[section]
+    for k in key[:-1]:
+        node = node[k]
+    node[key[-1]] = value
+    (tmp_path / "edited.json").write_text(json.dumps(config))
+    with pytest.raises(SystemExit, match=rf"{section}\.{'.'.join(key)} is {value!r} in the file but the scenario"):
+        main(["run", "--config", str(tmp_path / "edited.json"), "--quiet", "--out", str(tmp_path / "b")])
+    config["surprise"] = 1
+    (tmp_path / "unknown.json").write_text(json.dumps(config))
+    with pytest.raises(SystemExit, match="unknown section 'surprise'"):
+        main(["run", "--config", str(tmp_path / "unknown.json"), "--quiet", "--out", str(tmp_path / "b")])
+
+
+def test_a_config_json_reruns_exactly_from_another_folder(tmp_path, monkeypatch):
+    trace = tmp_path / "data" / "my_trace.csv"
+    trace.parent.mkdir()
+    trace.write_text("client,time_s,state\n0,0,AVL_TRAIN\n1,0,AVL_TRAIN\n1,30,UN_AVL\n1,90,AVL_TRAIN\n")
+    monkeypatch.chdir(trace.parent)
+    out = _tiny_run(tmp_path, "--set", "availability=my_trace.csv")  # a path relative to the working folder
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert main(["run", "--config", str(out / "config.json"), "--quiet", "--out", str(tmp_path / "b")]) == 0
+    assert (out / "metrics.csv").read_bytes() == (tmp_path / "b" / "metrics.csv").read_bytes()
+    # a hand-written scenario file names files relative to itself
+    (tmp_path / "data" / "sc.json").write_text('{"availability": "my_trace.csv", "max_aggregations": 3, '
+                                               '"name": "tiny", "model": "mlp", "num_clients": 12, "concurrency": 4, '
+                                               '"aggregation_goal": 2, "learning_rate": 0.1, "target_accuracy": 0.5, '
+                                               '"max_virtual_hours": 6.0}')
+    from felix_jax.experiment import Scenario
+
+    assert Scenario.from_file(tmp_path / "data" / "sc.json").availability == str(trace.resolve())

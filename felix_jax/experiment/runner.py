@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 import math
 import signal
 import sys
@@ -94,15 +95,9 @@ def build_simulator(sc: Scenario, on_checkpoint=None) -> FleetSimulator:
     trace = make_trace(sc.availability, sc.num_clients, int(seeds[1].generate_state(1)[0]), sc.slot_s,
                        sc.max_virtual_hours * 3600, start_s=sc.trace_start_s)
     profile = make_profile(sc.device_profile, sc.num_clients, int(seeds[2].generate_state(1)[0]))
-    fleet_cfg = FleetConfig(mode=strategy.mode, knowledge=strategy.knowledge, concurrency=sc.concurrency,
-                            aggregation_goal=sc.aggregation_goal, overcommit=sc.overcommit, timeout_s=sc.timeout_s,
-                            interruption=sc.interruption, sees_eval_tier=strategy.eval_selector is not None,
-                            server_optimizer=sc.server_optimizer, timeout_frees_slot=sc.timeout_frees_slot,
-                            utility_from=sc.utility_from, oracle_departure=sc.oracle_departure)
+    fleet_cfg = fleet_config(sc, strategy)
     aggregator = make_aggregator(strategy.aggregator, resolved.aggregator)
-    stop = StopRule(target_accuracy=sc.target_accuracy, max_virtual_s=sc.max_virtual_hours * 3600,
-                    max_aggregations=sc.max_aggregations, eval_every=sc.eval_every,
-                    eval_batch=sc.eval_batch, stop_at_target=sc.stop_at_target)
+    stop = stop_rule(sc)
     init = model.init(jax.random.key(int(seeds[3].generate_state(1)[0])))
     eval_selector = make_selector(strategy.eval_selector, resolved.eval_selector) if strategy.eval_selector else None
     return FleetSimulator(
@@ -113,6 +108,69 @@ def build_simulator(sc: Scenario, on_checkpoint=None) -> FleetSimulator:
         eval_budget=resolved.eval_selector.budget(sc.aggregation_goal) if eval_selector else 0,
         on_checkpoint=on_checkpoint,
         live_mix=streams.schedule.population_mix if streams is not None and stream_cfg.live_eval else None)
+
+
+def fleet_config(sc: Scenario, strategy) -> FleetConfig:
+    """How the server runs, from the scenario and its strategy (config.json's ``fleet``)."""
+    return FleetConfig(mode=strategy.mode, knowledge=strategy.knowledge, concurrency=sc.concurrency,
+                       aggregation_goal=sc.aggregation_goal, overcommit=sc.overcommit, timeout_s=sc.timeout_s,
+                       interruption=sc.interruption, sees_eval_tier=strategy.eval_selector is not None,
+                       server_optimizer=sc.server_optimizer, timeout_frees_slot=sc.timeout_frees_slot,
+                       utility_from=sc.utility_from, oracle_departure=sc.oracle_departure)
+
+
+def stop_rule(sc: Scenario) -> StopRule:
+    """When the run ends (config.json's ``stop``)."""
+    return StopRule(target_accuracy=sc.target_accuracy, max_virtual_s=sc.max_virtual_hours * 3600,
+                    max_aggregations=sc.max_aggregations, eval_every=sc.eval_every,
+                    eval_batch=sc.eval_batch, stop_at_target=sc.stop_at_target)
+
+
+# config.json's top-level sections: the scenario, what it resolves to (checked on a rerun), and facts
+RESOLVED_SECTIONS = ("strategy", "policies", "update_guard", "fleet", "stop")
+RECORD_SECTIONS = ("scenario", "model", "backend", "jax", "snapshot") + RESOLVED_SECTIONS
+
+
+def resolved_sections(sc: Scenario) -> dict[str, Any]:
+    """What ``sc`` resolves to, as config.json records it (its RESOLVED_SECTIONS)."""
+    resolved = sc.resolve_strategy()
+    return json.loads(json.dumps({
+        "strategy": resolved.strategy.to_json(), "policies": resolved.to_json(),
+        "update_guard": to_json(sc.resolve_update_guard()), "fleet": to_json(fleet_config(sc, resolved.strategy)),
+        "stop": to_json(stop_rule(sc))}, default=str))
+
+
+def _first_difference(recorded, resolved, where: str) -> str | None:
+    if isinstance(recorded, dict) and isinstance(resolved, dict):
+        for key in sorted(set(recorded) | set(resolved)):
+            if key not in resolved:
+                return f"{where}.{key} is not a setting this felix-jax records"
+            if key not in recorded:
+                continue  # a setting added since the file was written: the scenario decides it
+            found = _first_difference(recorded[key], resolved[key], f"{where}.{key}")
+            if found:
+                return found
+        return None
+    if recorded != resolved:
+        return f"{where} is {recorded!r} in the file but the scenario section gives {resolved!r}"
+    return None
+
+
+def check_recorded_config(path, data: dict, sc: Scenario) -> None:
+    """A run's config.json used as a scenario file: every recorded section must agree with what its
+    ``scenario`` section resolves to (a run is rerun from the scenario; an edit made elsewhere would be
+    silently ignored), and no unknown section. Raises OptionError (one line) naming the first key."""
+    unknown = sorted(set(data) - set(RECORD_SECTIONS))
+    if unknown:
+        raise OptionError(f"{path}: unknown section {unknown[0]!r} (a run's config.json holds "
+                          f"{', '.join(RECORD_SECTIONS)})")
+    mine = resolved_sections(sc)
+    for section in RESOLVED_SECTIONS:
+        if section in data:
+            found = _first_difference(data[section], mine[section], section)
+            if found:
+                raise OptionError(f"{path}: {found}; a rerun follows the scenario section: set the option there "
+                                  "(e.g. scenario.aggregator.server_lr) and leave the resolved sections as written")
 
 
 def _check_fleet(sc: Scenario, mode: str) -> None:

@@ -95,6 +95,10 @@ class Scenario:
     devices: int | None = None  # devices the cohort is sharded over; None: all that jax sees, 1: one device
 
     def __post_init__(self):
+        for field in PATH_FIELDS:  # file names by absolute path too
+            value = getattr(self, field)
+            if _names_file(field, value):
+                object.__setattr__(self, field, str(Path(value).expanduser().resolve()))
         if self.plugins:  # plugin files by absolute path, so config.json reruns from any folder
             object.__setattr__(self, "plugins", ",".join(
                 str(Path(p.strip()).expanduser().resolve()) if p.strip().endswith(".py") else p.strip()
@@ -192,12 +196,41 @@ class Scenario:
             raise OptionError(f"cannot read scenario file {path}: {e.strerror or e}") from None
         except json.JSONDecodeError as e:
             raise OptionError(f"scenario file {path} is not valid JSON: {e}") from None
-        if isinstance(data, dict) and isinstance(data.get("scenario"), dict):
-            data = data["scenario"]
+        record = None
+        if isinstance(data, dict) and isinstance(data.get("scenario"), dict):  # a run's config.json
+            record, data = data, data["scenario"]
         if not isinstance(data, dict):
             raise OptionError(f"scenario file {path}: expected a JSON object of scenario fields, "
                               f"got {type(data).__name__}")
-        return Scenario().with_overrides(data)
+        sc = Scenario().with_overrides(_resolve_paths(data, path.parent))
+        if record is not None:
+            from .runner import check_recorded_config
+
+            check_recorded_config(path, record, sc)
+        return sc
+
+
+PATH_FIELDS = ("dataset", "availability", "device_profile")  # may name a file
+
+
+def _names_file(field: str, value) -> bool:
+    if not isinstance(value, str) or value.startswith(("ref:", "tfds:")):
+        return False
+    if field == "dataset":
+        return value.lower().endswith(".npz")
+    from .registry import is_file_name
+
+    return is_file_name(value)
+
+
+def _resolve_paths(data: dict, base: Path) -> dict:
+    """A scenario file's relative file names, taken relative to the file's own folder."""
+    out = dict(data)
+    for field in PATH_FIELDS:
+        value = out.get(field)
+        if _names_file(field, value) and not Path(value).expanduser().is_absolute():
+            out[field] = str((base / value).resolve())
+    return out
 
 
 def _positive(v) -> bool:
