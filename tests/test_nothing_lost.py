@@ -242,3 +242,11 @@ def test_a_config_json_reruns_exactly_from_another_folder(tmp_path, monkeypatch)
     from felix_jax.experiment import Scenario
 
     assert Scenario.from_file(tmp_path / "data" / "sc.json").availability == str(trace.resolve())
+
+
+def test_a_resumed_run_counts_its_test_evaluations_from_the_start(tmp_path):
+    root = tmp_path / "snapshot"
+    run_until_killed("fedbuff", root, kill_at_version=8)
+    sim = build_simulator(scenario("fedbuff"))
+    sim.restore(root)
+    assert sim.run().test_eval_calls == reference("fedbuff").test_eval_calls == 13  # versions 0-12

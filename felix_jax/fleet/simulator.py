@@ -93,7 +93,7 @@ class RunRecord:
     host_seconds: float
     events_processed: int
     params: Params
-    test_eval_calls: int = 0  # device calls that evaluated test checkpoints (in this process)
+    test_eval_calls: int = 0  # device calls that evaluated test checkpoints (the whole run, across resumes)
 
 
 def _finite_utility(u) -> float:

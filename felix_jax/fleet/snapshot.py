@@ -288,7 +288,8 @@ def _state(sim: "FleetSimulator") -> dict:
     return {
         "clock": {"now": sim.now, "version": sim.version, "next_task_id": sim._next_task_id,
                   "evals_this_round": sim._evals_this_round, "last_notify_t": sim._last_notify_t,
-                  "events": sim._events, "time_to_target": sim._time_to_target},
+                  "events": sim._events, "time_to_target": sim._time_to_target,
+                  "test_eval_calls": sim._test_eval_calls},
         "params": sim.params,
         "server_opt_state": sim.server_opt_state,
         "rng": sim.rng.bit_generator.state,
@@ -343,6 +344,7 @@ def _apply(sim: "FleetSimulator", s: dict) -> None:
     sim.now, sim.version, sim._next_task_id = c["now"], c["version"], c["next_task_id"]
     sim._evals_this_round, sim._last_notify_t = c["evals_this_round"], c["last_notify_t"]
     sim._events, sim._time_to_target = c["events"], c["time_to_target"]
+    sim._test_eval_calls = c.get("test_eval_calls", 0)  # the whole run's, not only the resumed part
     sim.params, sim.server_opt_state = s["params"], s["server_opt_state"]
     sim.rng.bit_generator.state = s["rng"]
     sim.queue.load_state_dict(s["queue"])
