@@ -150,6 +150,8 @@ def finished_rows(out: Path, base: dict | None = None) -> list[dict]:
     for run_dir in sorted((out / "runs").glob("*/summary.json")):
         config = json.loads((run_dir.parent / "config.json").read_text())["scenario"]
         summary = json.loads(run_dir.read_text())
+        if summary.get("stop_reason") == "interrupted":  # stopped mid-run: resumed by the next matrix run
+            continue
         rows.append({"strategy": cell_label(config, base), "availability": config["availability"], "seed": config["seed"],
                      "time_to_target_h": summary["time_to_target_h"], "final_accuracy": summary["final_accuracy"],
                      "run_dir": str(run_dir.parent), "_summary": summary})

@@ -250,3 +250,27 @@ def test_a_resumed_run_counts_its_test_evaluations_from_the_start(tmp_path):
     sim = build_simulator(scenario("fedbuff"))
     sim.restore(root)
     assert sim.run().test_eval_calls == reference("fedbuff").test_eval_calls == 13  # versions 0-12
+
+
+def test_a_matrix_cell_stopped_by_a_signal_is_resumed_not_taken_as_finished(tmp_path, monkeypatch):
+    from felix_jax.experiment import get_preset
+    from felix_jax.experiment.compare import run_matrix
+    from felix_jax.fleet.simulator import FleetSimulator
+
+    base = get_preset("tiny").with_overrides({"max_aggregations": "8", "target_accuracy": "none"})
+    ref = run_matrix(base, ["fedbuff"], ["avail50"], [0], tmp_path / "ref", progress=False, plot=False)
+    original = FleetSimulator._checkpoint
+
+    def stop_at_version_4(self):
+        original(self)
+        if self.version == 4:
+            self.request_stop("interrupted")  # what the signal handler does on SIGINT / SIGTERM
+
+    monkeypatch.setattr(FleetSimulator, "_checkpoint", stop_at_version_4)
+    cut = run_matrix(base, ["fedbuff"], ["avail50"], [0], tmp_path / "m", progress=False, plot=False)
+    assert cut[0]["stop_reason"] == "interrupted"
+    monkeypatch.setattr(FleetSimulator, "_checkpoint", original)
+    done = run_matrix(base, ["fedbuff"], ["avail50"], [0], tmp_path / "m", progress=False, plot=False)
+    assert done[0]["stop_reason"] == "max_aggregations" and done[0]["aggregations"] == 8
+    cell = "runs/fedbuff-avail50-seed0/metrics.csv"
+    assert ref and (tmp_path / "m" / cell).read_bytes() == (tmp_path / "ref" / cell).read_bytes()

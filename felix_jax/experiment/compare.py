@@ -77,15 +77,28 @@ def _finished_row(sc: Scenario, run_dir: Path) -> dict | None:
         summary = json.loads((run_dir / "summary.json").read_text())
     except (OSError, ValueError):
         return None
+    if summary.get("stop_reason") == "interrupted":  # stopped by a signal: not finished, resumed next time
+        return None
     return summary if config.get("scenario") == json.loads(json.dumps(sc.to_json(), default=str)) else None
+
+
+def _interrupted_with_snapshot(run_dir: Path) -> bool:
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return summary.get("stop_reason") == "interrupted" and (run_dir / "snapshot" / "LATEST").is_file()
 
 
 def _run_cell(sc: Scenario, run_dir: Path, progress: bool, deadline: float = math.inf,
               plot: bool = True, cell_budget_s: float | None = None) -> dict | None:
-    """One cell's summary; None if it would start after ``deadline`` (``time.time()``)."""
+    """One cell's summary; None if it would start after ``deadline`` (``time.time()``). A cell that a
+    signal stopped (its snapshot written at the stop) continues from there; any other unfinished cell
+    (killed outright) starts again."""
     if time.time() > deadline:
         return None
-    return run(sc, run_dir, progress=progress, plot=plot, wall_budget_s=cell_budget_s).summary
+    resume = _interrupted_with_snapshot(run_dir)
+    return run(sc, run_dir, progress=progress, plot=plot, wall_budget_s=cell_budget_s, resume=resume).summary
 
 
 def _row(sc: Scenario, base: Scenario, summary: dict, run_dir: Path, label: str | None = None) -> dict:
