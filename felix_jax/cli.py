@@ -45,13 +45,14 @@ def _print_listing() -> None:
     import typing
 
     from .experiment import Scenario
+    from .experiment.scenario import FIELD_HELP
 
-    print("scenario fields (--set FIELD=V or a JSON file of fields; type = default):")
+    print("scenario fields (--set FIELD=V or a JSON file of fields; type = default: meaning):")
     hints = typing.get_type_hints(Scenario)
     for f in dataclasses.fields(Scenario):
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         kind = getattr(hints[f.name], "__name__", None) or str(hints[f.name]).replace("typing.", "")
-        print(f"  {f.name:<20} {kind} = {default!r}")
+        print(f"  {f.name:<20} {kind} = {default!r}: {FIELD_HELP.get(f.name, '')}")
     print("presets:")
     for name, sc in PRESETS.items():
         print(f"  {name:<16} {sc.dataset}, {sc.model}, {sc.num_clients} clients, strategy {sc.strategy}, "

@@ -245,3 +245,19 @@ def test_a_run_whose_eval_tier_did_nothing_says_so(tmp_path):
     s = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert (s["dispatched_eval"], s["evals_per_aggregation"], s["train_picks_eval_utility_share"]) == (0, 0.0, 0.0)
     assert s["evals_on_avl_eval"] == s["evals_on_avl_train"] == 0
+
+
+def test_run_list_prints_every_scenario_field_with_type_default_and_meaning(capsys):
+    import dataclasses
+
+    from felix_jax.cli import main
+    from felix_jax.experiment.scenario import FIELD_HELP
+
+    names = [f.name for f in dataclasses.fields(Scenario)]
+    assert list(FIELD_HELP) == names  # the table cannot drift from the scenario
+    assert main(["run", "--list"]) == 0
+    out = capsys.readouterr().out
+    for name in names:
+        line = next((x for x in out.splitlines() if x.split()[:1] == [name]), None)
+        assert line is not None and " = " in line and line.rstrip().endswith(FIELD_HELP[name]), name
+    assert "trace_start_s" in out and "oracle_departure" in out and "felix-oracle" in out

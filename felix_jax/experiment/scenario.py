@@ -210,6 +210,55 @@ class Scenario:
         return sc
 
 
+# One line of meaning per scenario field (``felix-jax run --list`` prints them with type and default;
+# a test keeps this table equal to the dataclass's fields).
+FIELD_HELP: dict[str, str] = {
+    "name": "label of the scenario (results folder names, figure titles)",
+    "dataset": "data set: digits (embedded), cifar10, speech_commands, a .npz of arrays, or tfds:NAME",
+    "num_clients": "clients in the population",
+    "partition": "how the training data is split over clients: dirichlet, iid, natural/speaker, reference, pool",
+    "alpha": "Dirichlet concentration of the clients' label mixes (smaller: more skewed)",
+    "model": "model name (run --list: models), or a plugin's",
+    "num_train": "use only this many training samples (a seeded sample; none: all)",
+    "num_test": "evaluate on this many test samples (none: all)",
+    "batch_size": "local minibatch size",
+    "learning_rate": "local SGD step size",
+    "local_mode": "a training task runs local_epochs over the client's data (epochs) or local_steps steps",
+    "local_epochs": "epochs per training task (local_mode=epochs)",
+    "local_steps": "steps per training task (local_mode=steps)",
+    "augment": "random crop + horizontal flip in local training (images)",
+    "eval_max_batches": "batches an eval task forwards (the FeLiX code probes one; none: all)",
+    "availability": "availability regime: avail100, avail90, avail50, mobiperf, ref:NAME, or a trace file",
+    "slot_s": "slot length in seconds of the synthetic regimes avail90 / avail50 (paper: 600)",
+    "trace_start_s": "run time 0 reads the availability trace at this time (every source; repeat/hold kept)",
+    "device_profile": "per-client delays and speeds: paper_halfnormal, reference, flash, or a profile file",
+    "strategy": "strategy name (run --list: strategies): mode, knowledge, selector(s), aggregator",
+    "plugins": "comma-separated .py files or modules that register policies, strategies or models",
+    "selector": "options of the strategy's train selector (selector.KEY=V; run --list: policy options)",
+    "eval_selector": "options of the strategy's eval selector (eval_selector.KEY=V)",
+    "aggregator": "options of the strategy's aggregator (aggregator.KEY=V)",
+    "update_guard": "options of the server's check of client updates (update_guard.KEY=V)",
+    "concurrency": "async: training tasks kept in flight (c)",
+    "aggregation_goal": "updates per aggregation (K)",
+    "overcommit": "sync: a round selects int(overcommit * K) clients",
+    "server_optimizer": "server step: sgd (w + eta * aggregate), adam (FedAdam) or yogi (FedYogi)",
+    "timeout_s": "the server's timer per task in seconds (inf: none)",
+    "timeout_frees_slot": "async: a timed-out task frees its slot (FeLiX code: the slot stays taken)",
+    "oracle_departure": "oracle knowledge, a client leaving mid-task: keep_slot (until reply/timeout) or free_slot",
+    "interruption": "a task whose client leaves its tier: resume, restart, abandon, or run_to_end",
+    "utility_from": "statistical utility from the first batch (FeLiX code) or all local steps",
+    "target_accuracy": "time-to-target: mean of the last 20 test accuracies and the last one reach it (none: no target)",
+    "max_virtual_hours": "stop after this much virtual time",
+    "max_aggregations": "stop after this many aggregations",
+    "eval_every": "evaluate the test set every n aggregations",
+    "eval_batch": "test checkpoints evaluated per device call (same results at any value)",
+    "stop_at_target": "stop when the target is reached (false: go on, e.g. for drifting streams)",
+    "stream": "client data streams: arrivals, drift, delayed labels (stream.KEY=V; {}: static data)",
+    "seed": "seed of the partition, trace, profile, model init and every draw",
+    "plan": "cohort execution plan: vmap, map or chunked:N (none: chosen per backend)",
+    "devices": "devices the cohort is sharded over (none: every device jax sees)",
+}
+
 PATH_FIELDS = ("dataset", "availability", "device_profile")  # may name a file
 
 
