@@ -52,11 +52,14 @@ def test_progress_eta_follows_the_recent_rate_and_the_window_is_the_stop_rules()
     progress = _Progress(TINY.with_overrides({"max_aggregations": 1000}), enabled=False, clock=clock, recent=3)
     for v in range(30):  # slow at first (10 s each), then 1 s each: the ETA uses only the last 3 samples
         clock.now = 10.0 * v if v < 20 else 190.0 + (v - 19)
-        p = progress.update(checkpoint(v, 0.5 * v / 29, 0.9 if v >= 10 else 0.0))
+        p = progress.update(checkpoint(v, 0.5 * v / 29, 0.2))
     # the virtual-time cap is nearer: 5.5 h left at (1/58 h per wall s)
     assert p.eta_s == pytest.approx((6 - 0.5) / (0.5 / 29))
-    assert p.accuracy == 1.0  # last 20 accuracies are all 0.9 >= 0.5, clipped at the target
-    assert p.overall == 1.0
+    assert p.accuracy == pytest.approx(0.2 / 0.5) and p.overall == p.accuracy
+    for v in range(30, 50):  # 20 checkpoints at 0.9: the window's mean passes the target
+        clock.now = 200.0 + v
+        p = progress.update(checkpoint(v, 0.5 + 0.001 * v, 0.9))
+    assert p.accuracy == 1.0 and p.overall == 1.0 and p.eta_s is None  # reached: nothing to estimate
 
 
 def test_progress_without_a_target_or_a_time_limit():
@@ -81,15 +84,43 @@ def test_progress_of_a_run_that_goes_on_past_its_target():
         clock.now = float(v)
         p = progress.update(checkpoint(v, 0.06 * v, 0.9))
     assert p.accuracy is None and p.overall == pytest.approx(max(2 / 60, 0.12 / 6))
-    assert "/0.5" in progress.describe(checkpoint(2, 0.12, 0.9))
+    assert "-> 0.5" in progress.describe(checkpoint(2, 0.12, 0.9))
 
 
 def test_progress_bar_draws_the_stop_rule(capsys):
-    progress = _Progress(TINY, enabled=True, clock=FakeClock())
+    progress = _Progress(TINY, enabled=True, clock=FakeClock(), terminal=True)
     progress(checkpoint(3, 0.02, 0.25))
     progress.close()
     err = capsys.readouterr().err
-    assert "agg 3/60" in err and "acc 0.250/0.5" in err and "0.02/6 vh" in err
+    assert "agg 3/60" in err and "acc 0.250 -> 0.5" in err and "0.02 of 6 virtual h" in err
+    assert "to the stop rule" in err and "ETA -" in err  # one checkpoint: no rate, no ETA
+
+
+def test_progress_never_goes_backwards_and_gives_no_eta_without_a_basis():
+    clock = FakeClock()
+    progress = _Progress(TINY, enabled=False, clock=clock)
+    shown, etas = [], []
+    for v, acc in enumerate([0.1, 0.4, 0.45, 0.2, 0.1, 0.05, 0.3, 0.5, 0.6, 0.6]):  # accuracy falls, recovers
+        clock.now = float(v)
+        p = progress.update(checkpoint(v, 0.001 * v, acc))
+        shown.append(p.shown)
+        etas.append(p.eta_s)
+    assert shown == sorted(shown)  # monotone although the accuracy (and its window mean) fell
+    overall = [0.1 / 0.5, 0.25 / 0.5, (0.95 / 3) / 0.5]  # the first three window means over the target
+    assert shown[:3] == pytest.approx(overall) and shown[3] == pytest.approx(overall[2])
+    assert etas[0] is None and etas[1] is None and etas[2] is not None
+
+
+def test_progress_outside_a_terminal_prints_plain_periodic_lines(capsys):
+    clock = FakeClock()
+    progress = _Progress(TINY, enabled=True, clock=clock, every_s=10.0, terminal=False)
+    for v in range(30):  # one checkpoint per wall second: a line at 0, 10, 20 s and one at the end
+        clock.now = float(v)
+        progress(checkpoint(v, 0.001 * v, 0.1))
+    progress.close()
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 4 and all("% to the stop rule" in x and "\x1b" not in x and "\r" not in x for x in lines)
+    assert "agg 29/60" in lines[-1]
 
 
 def test_plot_redraws_a_run_folder(tmp_path, capsys):

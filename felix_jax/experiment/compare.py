@@ -146,8 +146,8 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
             pending.append(i)
     if workers <= 1:
         cells_bar = None
-        if progress and pending:  # the outer bar over cells; each run draws its own bar below it
-            from tqdm.auto import tqdm
+        if progress and pending and sys.stderr.isatty():  # the outer bar over cells (a terminal only:
+            from tqdm import tqdm  # elsewhere the per-cell log lines say as much)
 
             cells_bar = tqdm(total=len(todo), initial=len(todo) - len(pending), desc="cells", unit="cell",
                              file=sys.stderr, leave=True)

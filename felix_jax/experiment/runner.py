@@ -204,6 +204,7 @@ class StopProgress:
     accuracy: float | None  # None: no target
     virtual_time: float | None  # None: no virtual-time limit
     eta_s: float | None
+    shown: float = 0.0  # what the bar shows: the largest ``overall`` so far (it never goes backwards)
 
     @property
     def overall(self) -> float:
@@ -212,15 +213,20 @@ class StopProgress:
 
 
 class _Progress:
-    """A tqdm bar toward the stop rule: the bar is the nearest of aggregations / cap, accuracy
-    (last-``window`` mean) / target and virtual hours / limit; the postfix shows each and a
-    wall-clock ETA from the rate over the last ``recent`` checkpoints (host-only).
+    """Progress toward the stop rule: the share shown is the nearest of aggregations / cap, accuracy
+    (last-``window`` mean) / target and virtual hours / limit, and never goes backwards (the largest
+    so far: a falling accuracy does not undo it); the text shows each part and a wall-clock ETA to
+    the nearest cap from the rate over the last ``recent`` checkpoints, once there are at least 3
+    (before that, and once a stop is reached, ``ETA -``). The target gives no ETA: when accuracy
+    will reach it has no basis.
 
-    Fed every checkpoint; ``latest`` holds the last :class:`StopProgress` with or without a bar.
+    On a terminal a tqdm bar; elsewhere (a notebook, a log file) plain lines, at most one per
+    ``every_s`` seconds of wall time and one at the end. Fed every checkpoint; ``latest`` holds the
+    last :class:`StopProgress` with or without a display.
     """
 
     def __init__(self, sc: Scenario, enabled: bool, clock: Callable[[], float] = time.perf_counter,
-                 recent: int = 10):
+                 recent: int = 10, every_s: float = 15.0, terminal: bool | None = None):
         self.stop = StopRule(target_accuracy=sc.target_accuracy, max_virtual_s=sc.max_virtual_hours * 3600,
                              max_aggregations=sc.max_aggregations, stop_at_target=sc.stop_at_target)
         self.clock = clock
@@ -228,11 +234,19 @@ class _Progress:
         self.samples: collections.deque[tuple[float, int, float]] = collections.deque(maxlen=max(recent, 2))
         self.latest: StopProgress | None = None
         self.bar = None
+        self.lines = False  # plain periodic lines instead of a bar
+        self.every_s, self._last_line, self._last_cp = every_s, -math.inf, None
+        self._shown = 0.0
+        self.label = f"{sc.strategy}/{Path(sc.availability).name}"
         if enabled:
-            from tqdm.auto import tqdm
+            terminal = sys.stderr.isatty() if terminal is None else terminal
+            if terminal:
+                from tqdm import tqdm
 
-            self.bar = tqdm(total=1.0, file=sys.stderr, leave=True, desc=f"{sc.strategy}/{sc.availability}",
-                            bar_format="{desc}: {percentage:3.0f}%|{bar}| [{elapsed}{postfix}]")
+                self.bar = tqdm(total=1.0, file=sys.stderr, leave=True, desc=self.label,
+                                bar_format="{desc}: {percentage:3.0f}% to the stop rule|{bar}| [{elapsed}{postfix}]")
+            else:
+                self.lines = True
 
     def update(self, cp: Checkpoint) -> StopProgress:
         stop = self.stop
@@ -243,15 +257,18 @@ class _Progress:
                     else min(sum(recent) / len(recent) / stop.target_accuracy, 1.0))
         timed = math.isfinite(stop.max_virtual_s)
         virtual_time = min(cp.time_s / stop.max_virtual_s, 1.0) if timed else None
-        self.latest = StopProgress(min(cp.version / stop.max_aggregations, 1.0), accuracy, virtual_time,
-                                   self._eta(cp))
+        p = StopProgress(min(cp.version / stop.max_aggregations, 1.0), accuracy, virtual_time, self._eta(cp))
+        self._shown = max(self._shown, p.overall)
+        if p.overall >= 1.0:
+            p = dataclasses.replace(p, eta_s=None)  # a stop is reached: nothing left to estimate
+        self.latest = dataclasses.replace(p, shown=self._shown)
         return self.latest
 
     def _eta(self, cp: Checkpoint) -> float | None:
         """Wall seconds to the nearest cap at the rate since the oldest recent sample."""
         wall0, version0, time0 = self.samples[0]
         wall1 = self.samples[-1][0]
-        if len(self.samples) < 2 or wall1 <= wall0:
+        if len(self.samples) < 3 or wall1 <= wall0:  # no rate to speak of yet
             return None
         etas = []
         for done, before, cap in ((cp.version, version0, self.stop.max_aggregations),
@@ -267,22 +284,31 @@ class _Progress:
         recent = self.accuracies[-stop.window:]
         acc = f"last-{stop.window} acc {sum(recent) / len(recent):.3f}"
         if stop.target_accuracy is not None:
-            acc += f"/{stop.target_accuracy:g}"
+            acc += f" -> {stop.target_accuracy:g}"
         hours = f"{cp.time_s / 3600:.2f}"
-        if p.virtual_time is not None:
-            hours += f"/{stop.max_virtual_s / 3600:g}"
-        eta = "?" if p.eta_s is None else _format_seconds(p.eta_s)
-        return f"agg {cp.version}/{stop.max_aggregations} | {acc} | {hours} vh | ETA {eta}"
+        hours += f" of {stop.max_virtual_s / 3600:g} virtual h" if p.virtual_time is not None else " virtual h"
+        eta = "-" if p.eta_s is None else _format_seconds(p.eta_s)
+        return f"{acc} | agg {cp.version}/{stop.max_aggregations} | {hours} | ETA {eta}"
 
     def __call__(self, cp: Checkpoint) -> None:
         self.update(cp)
+        self._last_cp = cp
         if self.bar is not None:
-            self.bar.n = round(self.latest.overall, 4)
+            self.bar.n = round(self.latest.shown, 4)
             self.bar.set_postfix_str(self.describe(cp), refresh=True)
+        elif self.lines and self.clock() - self._last_line >= self.every_s:
+            self._print_line(cp)
+
+    def _print_line(self, cp: Checkpoint) -> None:
+        self._last_line = self.clock()
+        print(f"{self.label}: {100 * self.latest.shown:3.0f}% to the stop rule | {self.describe(cp)}",
+              file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+        elif self.lines and self._last_cp is not None and self._last_line != self.clock():
+            self._print_line(self._last_cp)
 
 
 def _format_seconds(s: float) -> str:
