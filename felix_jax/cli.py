@@ -259,7 +259,7 @@ def _compare(args: argparse.Namespace) -> int:
 
 def _compare_locked(args, base, strategies, regimes, seeds, out: Path) -> int:
     from .compile_cache import enable_compilation_cache
-    from .experiment.compare import CellChanged, comparison_table, plot_comparison, run_matrix
+    from .experiment.compare import CellChanged, comparison_table, plot_comparison, run_matrix, write_pooled_csv
 
     enable_compilation_cache()
     try:
@@ -273,9 +273,11 @@ def _compare_locked(args, base, strategies, regimes, seeds, out: Path) -> int:
     reference = "felix" if "felix" in strategies else strategies[0]
     table = comparison_table(rows, strategies, regimes, reference)
     (out / "table.txt").write_text(table + "\n")
+    write_pooled_csv(rows, strategies, regimes, out)
     figures = plot_comparison(rows, strategies, regimes, out)
     print(table)
-    print(f"wrote {out}/summary.csv, {out}/table.txt, " + ", ".join(str(p) for p in figures))
+    print(f"wrote {out}/summary.csv (a row per run), {out}/summary_pooled.csv (over seeds), {out}/table.txt, "
+          + ", ".join(str(p) for p in figures))
     return 0
 
 

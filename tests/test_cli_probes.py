@@ -209,7 +209,7 @@ def test_no_virtual_time_limit_runs_with_the_progress_bar(tmp_path, capsys):
     argv = ["run", "--preset", "tiny", "--set", "max_aggregations=2", "--set", "target_accuracy=none",
             "--set", "max_virtual_hours=inf", "--out", str(tmp_path / "r")]
     assert main(argv) == 0
-    assert " vh" in capsys.readouterr().err  # the bar shows virtual hours with no limit to fill toward
+    assert " virtual h |" in capsys.readouterr().err  # the progress shows virtual hours with no limit to fill toward
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["stop_reason"] == "max_aggregations"
 
 

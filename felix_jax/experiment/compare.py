@@ -16,6 +16,7 @@ import json
 import math
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Callable
 
@@ -234,93 +235,206 @@ def _mean(values):
     return None if len(vals) < len(values) or not vals else float(np.mean(vals))
 
 
-def comparison_table(rows: list[dict], strategies: list[str], regimes: list[str], reference: str = "felix") -> str:
-    """Hours to target (mean over seeds; '-' if any seed missed it) and GB, with ratios to ``reference``."""
-    cell: dict[tuple[str, str], tuple] = {}
-    for st in strategies:
-        for rg in regimes:
+def _target_of(rows: list[dict]) -> float | None:
+    """The comparison's target accuracy, from a cell's config.json (None: none, or unreadable)."""
+    for r in rows:
+        try:
+            return json.loads((Path(r["run_dir"]) / "config.json").read_text())["scenario"].get("target_accuracy")
+        except (OSError, ValueError, KeyError):
+            continue
+    return None
+
+
+def _sig(x: float, digits: int = 3) -> str:
+    """``x`` to ``digits`` significant figures, in fixed notation (0.0217, 1.46, 123)."""
+    if x == 0 or not math.isfinite(x):
+        return f"{x:g}"
+    return f"{x:.{max(0, digits - 1 - math.floor(math.log10(abs(x))))}f}"
+
+
+def pool_cells(rows: list[dict], strategies: list[str], regimes: list[str]) -> list[dict]:
+    """One row per (strategy, regime) over its seeds: how many reached the target, hours to it
+    (mean and std over those that did), GB train / eval / total and aggregations (means)."""
+    pooled = []
+    for rg in regimes:
+        for st in strategies:
             sel = [r for r in rows if r["strategy"] == st and r["availability"] == rg]
-            hours = _mean([r["time_to_target_h"] for r in sel])
-            gb = float(np.mean([r["bytes_total"] for r in sel])) / 1e9 if sel else None
-            cell[st, rg] = (hours, gb)
-    head = f"{'strategy':<22}" + "".join(f"{rg:>26}" for rg in regimes)
-    lines = ["time to target in virtual hours (x = ratio to %s), total GB" % reference, head]
-    for st in strategies:
-        parts = []
-        for rg in regimes:
-            hours, gb = cell[st, rg]
-            ref_h = cell.get((reference, rg), (None, None))[0]
-            ratio = f"x{hours / ref_h:.2f}" if hours is not None and ref_h else ""
-            parts.append(f"{('-' if hours is None else f'{hours:.2f} h'):>9} {ratio:>6} {gb or 0:>8.3f} GB")
-        lines.append(f"{st:<22}" + "".join(f"{p:>26}" for p in parts))
+            if not sel:
+                continue
+            hours = [r["time_to_target_h"] for r in sel if r["time_to_target_h"] is not None]
+            pooled.append({
+                "strategy": st, "availability": rg, "seeds": len(sel), "reached": len(hours),
+                "hours_mean": float(np.mean(hours)) if hours else None,
+                "hours_std": float(np.std(hours)) if hours else None,
+                "gb_train": float(np.mean([r["bytes_train"] or 0 for r in sel])) / 1e9,
+                "gb_eval": float(np.mean([r["bytes_eval"] or 0 for r in sel])) / 1e9,
+                "gb_total": float(np.mean([r["bytes_total"] or 0 for r in sel])) / 1e9,
+                "aggregations": float(np.mean([r["aggregations"] or 0 for r in sel])),
+                "final_accuracy": float(np.mean([r["final_accuracy"] or 0 for r in sel]))})
+    return pooled
+
+
+POOLED_COLUMNS = ["strategy", "availability", "seeds", "reached", "hours_mean", "hours_std", "gb_train", "gb_eval",
+                  "gb_total", "aggregations", "final_accuracy"]
+
+
+def write_pooled_csv(rows: list[dict], strategies: list[str], regimes: list[str], out: Path) -> Path:
+    """``summary_pooled.csv``: :func:`pool_cells` (``summary.csv`` keeps one row per run)."""
+    with open(out / "summary_pooled.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=POOLED_COLUMNS)
+        w.writeheader()
+        w.writerows(pool_cells(rows, strategies, regimes))
+    return out / "summary_pooled.csv"
+
+
+def comparison_table(rows: list[dict], strategies: list[str], regimes: list[str], reference: str = "felix",
+                     target: float | None = None) -> str:
+    """Per regime and strategy, pooled over seeds: seeds that reached the target, virtual hours to it
+    (mean +- std over those, three significant figures), the ratio of means to ``reference`` (only
+    where every seed of both reached it) and GB moved (mean)."""
+    target = _target_of(rows) if target is None else target
+    pooled = {(p["strategy"], p["availability"]): p for p in pool_cells(rows, strategies, regimes)}
+    seeds = sorted({r["seed"] for r in rows})
+    lines = [f"time to target (accuracy {target if target is not None else 'none'}; the mean of the last 20 test "
+             f"accuracies and the last one reach it) in virtual hours, over seeds {','.join(map(str, seeds))}; "
+             f"x = ratio of means to {reference}; GB moved (mean)",
+             f"{'regime':<18} {'strategy':<26} {'reached':>7} {'hours (mean +- std)':>20} {'x ref':>6} {'GB':>8}"]
+    for rg in regimes:
+        ref = pooled.get((reference, rg))
+        for st in strategies:
+            p = pooled.get((st, rg))
+            if p is None:
+                continue
+            hours = ("-" if p["hours_mean"] is None
+                     else f"{_sig(p['hours_mean'])} +- {_sig(p['hours_std'])}")
+            whole = p["reached"] == p["seeds"] and ref is not None and ref["reached"] == ref["seeds"] and ref["hours_mean"]
+            ratio = f"x{_sig(p['hours_mean'] / ref['hours_mean'])}" if whole else "-"
+            lines.append(f"{rg:<18} {st:<26} {p['reached']:>3}/{p['seeds']:<3} {hours:>20} {ratio:>6} "
+                         f"{_sig(p['gb_total']):>8}")
     return "\n".join(lines)
 
 
-def plot_comparison(rows: list[dict], strategies: list[str], regimes: list[str], out: Path) -> list[Path]:
+def _accuracy_curves(rows: list[dict], st: str, rg: str, grid: np.ndarray) -> np.ndarray | None:
+    """(seeds, len(grid)) accuracy of each seed's run, held between checkpoints (NaN after its end)."""
+    curves = []
+    for r in rows:
+        if r["strategy"] != st or r["availability"] != rg:
+            continue
+        data = np.genfromtxt(Path(r["run_dir"]) / "metrics.csv", delimiter=",", names=True)
+        hours, acc = np.atleast_1d(data["hours"]), np.atleast_1d(data["accuracy"])
+        idx = np.searchsorted(hours, grid, side="right") - 1
+        curve = np.where(idx >= 0, acc[np.clip(idx, 0, None)], np.nan)
+        curves.append(np.where(grid <= hours[-1], curve, np.nan))
+    return np.array(curves) if curves else None
+
+
+def plot_comparison(rows: list[dict], strategies: list[str], regimes: list[str], out: Path,
+                    target: float | None = None) -> list[Path]:
+    """``accuracy.png`` (mean over seeds with a min-max band, the target line, shared axes, one
+    legend), ``bytes.png`` (GB per strategy, train and eval stacked, each bar labelled with its total
+    and eval share) and ``cdfs.png`` (per regime: staleness at aggregation, utility age at a train
+    pick and aggregation weight of every strategy; a strategy with no such values says so)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    target = _target_of(rows) if target is None else target
     paths = []
     for name in FIGURES:  # every figure is redrawn from the cells there are: none outlives its data
         (out / name).unlink(missing_ok=True)
-    fig, axes = plt.subplots(1, len(regimes), figsize=(4.2 * len(regimes), 3.4), squeeze=False)
+    colors = {st: plt.get_cmap("tab10")(i % 10) for i, st in enumerate(strategies)}
+    seeds = sorted({r["seed"] for r in rows})
+    end_h = max([r["_summary"]["end_time_s"] / 3600 for r in rows if r.get("_summary")] or [0.0])
+    if not end_h:
+        for r in rows:
+            data = np.genfromtxt(Path(r["run_dir"]) / "metrics.csv", delimiter=",", names=True)
+            end_h = max(end_h, float(np.atleast_1d(data["hours"])[-1]))
+    grid = np.linspace(0.0, max(end_h, 1e-6), 400)
+    fig, axes = plt.subplots(1, len(regimes), figsize=(4.2 * len(regimes), 3.6), squeeze=False, sharex=True,
+                             sharey=True)
     for ax, rg in zip(axes[0], regimes):
         for st in strategies:
-            for r in rows:
-                if r["strategy"] == st and r["availability"] == rg and r["seed"] == rows[0]["seed"]:
-                    data = np.genfromtxt(Path(r["run_dir"]) / "metrics.csv", delimiter=",", names=True)
-                    ax.plot(np.atleast_1d(data["hours"]), np.atleast_1d(data["accuracy"]), label=st, lw=1.1)
+            curves = _accuracy_curves(rows, st, rg, grid)
+            if curves is None:
+                continue
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns after every run's end
+                mean, lo, hi = np.nanmean(curves, 0), np.nanmin(curves, 0), np.nanmax(curves, 0)
+            ax.plot(grid, mean, color=colors[st], lw=1.2, label=st)
+            if len(curves) > 1:
+                ax.fill_between(grid, lo, hi, color=colors[st], alpha=0.15, lw=0)
+        if target is not None:
+            ax.axhline(target, color="k", ls="--", lw=0.8, label=f"target {target:g}")
         ax.set_title(rg)
         ax.set_xlabel("virtual hours")
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("test accuracy")
-    axes[0][-1].legend(fontsize=7)
-    fig.tight_layout()
+    fig.suptitle(f"mean over seeds {','.join(map(str, seeds))}, band: min-max" if len(seeds) > 1
+                 else f"seed {seeds[0]}" if seeds else "", fontsize=9)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    for ax in axes[0][1:]:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     paths.append(out / "accuracy.png")
     fig.savefig(paths[-1], dpi=110)
     plt.close(fig)
 
-    def gigabytes(key: str, rg: str) -> list[float]:
-        return [np.mean([r[key] for r in rows if r["strategy"] == st and r["availability"] == rg]) / 1e9
-                for st in strategies]
-
-    fig, axes = plt.subplots(1, len(regimes), figsize=(4.2 * len(regimes), 3.4), squeeze=False)
+    pooled = {(p["strategy"], p["availability"]): p for p in pool_cells(rows, strategies, regimes)}
+    fig, axes = plt.subplots(1, len(regimes), figsize=(4.2 * len(regimes), 3.8), squeeze=False, sharey=True)
     for ax, rg in zip(axes[0], regimes):
-        train, ev = gigabytes("bytes_train", rg), gigabytes("bytes_eval", rg)
-        x = np.arange(len(strategies))
-        ax.bar(x, train, label="train")
-        ax.bar(x, ev, bottom=train, label="eval")
-        ax.set_xticks(x, strategies, rotation=45, ha="right", fontsize=7)
+        names = [st for st in strategies if (st, rg) in pooled]
+        train = [pooled[st, rg]["gb_train"] for st in names]
+        ev = [pooled[st, rg]["gb_eval"] for st in names]
+        x = np.arange(len(names))
+        ax.bar(x, train, label="train", color="tab:blue")
+        ax.bar(x, ev, bottom=train, label="eval", color="tab:orange")
+        for i, (t, e) in enumerate(zip(train, ev)):
+            share = f"\neval {100 * e / (t + e):.1f}%" if e > 0 else ""
+            ax.annotate(f"{_sig(t + e)} GB{share}", (i, t + e), ha="center", va="bottom", fontsize=7,
+                        xytext=(0, 2), textcoords="offset points")
+        ax.set_xticks(x, names, rotation=45, ha="right", fontsize=7)
         ax.set_title(rg)
-    axes[0][0].set_ylabel("GB")
-    axes[0][-1].legend(fontsize=7)
-    fig.tight_layout()
+        ax.margins(y=0.25)
+    axes[0][0].set_ylabel("GB moved (mean over seeds)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     paths.append(out / "bytes.png")
     fig.savefig(paths[-1], dpi=110)
     plt.close(fig)
 
-    pair = [s for s in ("felix", "oort-async") if s in strategies]
-    if pair:
-        fig, axes = plt.subplots(1, 3, figsize=(12, 3.3))
-        for ax, key, label in zip(axes, ("staleness", "utility_age", "agg_weights"),
-                                  ("staleness at aggregation", "utility age at selection", "aggregation weight")):
-            for st in pair:
+    keys = (("staleness", "staleness at aggregation"), ("utility_age", "utility age at a train pick (rounds)"),
+            ("agg_weights", "aggregation weight"))
+    fig, axes = plt.subplots(len(regimes), 3, figsize=(12, 3.1 * len(regimes)), squeeze=False)
+    for row, rg in zip(axes, regimes):
+        for ax, (key, label) in zip(row, keys):
+            missing = []
+            for st in strategies:
                 values = []
                 for r in rows:
-                    if r["strategy"] == st:
+                    if r["strategy"] == st and r["availability"] == rg:
                         d = json.loads((Path(r["run_dir"]) / "distributions.json").read_text())
                         values.extend(v for v in d[key] if v is not None and v >= 0)
                 if values:
                     v = np.sort(np.asarray(values, float))
-                    ax.step(v, np.arange(1, len(v) + 1) / len(v), where="post", label=st)
-            ax.set_xlabel(label)
+                    ax.step(v, np.arange(1, len(v) + 1) / len(v), where="post", label=st, color=colors[st])
+                else:
+                    missing.append(st)
+            if missing:
+                ax.text(0.98, 0.04, "no values: " + ", ".join(missing), transform=ax.transAxes, ha="right",
+                        fontsize=7, color="0.35")
+            ax.set_title(f"{rg}: {label}", fontsize=9)
             ax.set_ylabel("CDF")
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
-        fig.tight_layout()
-        paths.append(out / "cdfs.png")
-        fig.savefig(paths[-1], dpi=110)
-        plt.close(fig)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7)
+    fig.tight_layout()
+    paths.append(out / "cdfs.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
     return paths
