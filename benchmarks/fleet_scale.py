@@ -1,5 +1,5 @@
 """Fleet scale: host time per event, selection time, build time, memory and XLA compilations
-as the population grows (DESIGN.md "The server view at scale").
+as the population grows (docs/architecture.md "The server view at scale").
 
 Each population runs in its own process (peak RSS is per process): scikit-learn's 8x8
 digits (1,437 training images, one channel, written once as a ``dataset=PATH.npz``) as a

@@ -38,7 +38,7 @@ ABLATIONS = ["felix-no-eval", "felix-no-tierfuse", "felix-normalized", "oort-asy
              "oort-async-oracle-fedscale"]
 REGIMES = {"ref:syn_0": "100%", "ref:syn_20": "90%", "ref:syn_50": "50%", "ref:mobiperf_3st_50": "MobiPerf"}
 ABLATION_REGIMES = ["ref:syn_50", "ref:mobiperf_3st_50"]
-# REFERENCE.md: hours to 70% on CIFAR-10 in the paper (None: not reported; "stuck": never reached)
+# the paper's reference settings: hours to 70% on CIFAR-10 in the paper (None: not reported; "stuck": never reached)
 PAPER_HOURS = {
     "felix": {"100%": 6.6, "90%": 6.5, "50%": 6.2, "MobiPerf": 9.3},
     "oort-oracle": {"100%": 9.1, "90%": 8.4, "50%": 9.3, "MobiPerf": 15.0},

@@ -1,4 +1,4 @@
-"""The FeLiX paper's CIFAR-10 CNN (REFERENCE.md, "The paper's CIFAR-10 setup").
+"""The FeLiX paper's CIFAR-10 CNN (the paper's reference settings, "The paper's CIFAR-10 setup").
 
 conv3->64, conv64->128, conv128->256 (3x3, VALID, ReLU, 2x2 max-pool each), then
 dense 1024->128->256->10: 537,610 parameters. With VALID padding a 32x32 input

@@ -109,6 +109,8 @@ def _text_lines(path: Path) -> list[str] | None:
 def test_no_pointers_to_internal_shared_notes():
     offenders = []
     for path in _tracked_files():
+        if path.resolve() == Path(__file__).resolve():  # this test names what it looks for
+            continue
         lines = _text_lines(path)
         if lines is None:
             continue

@@ -1,4 +1,4 @@
-"""Availability traces and device profiles (host-side numpy; DESIGN.md layer 2).
+"""Availability traces and device profiles (host-side numpy; docs/architecture.md).
 
 Installed as ``felix_jax.traces``. See ``availability`` (the trace type and its
 semantics), ``generators``, ``loaders`` and ``device_profile``.

@@ -1,7 +1,7 @@
-"""Per-client availability traces over three tiers (DESIGN.md layer 2).
+"""Per-client availability traces over three tiers (docs/architecture.md).
 
 Host-only (numpy). A trace is, per client, a sorted list of state changes over the
-three FeLiX tiers (paper Sec. 3.2, TierTrack; REFERENCE.md "TierTrack"):
+three FeLiX tiers (paper Sec. 3.2, TierTrack; the paper's reference settings "TierTrack"):
 
 * ``AVL_TRAIN``: may train and evaluate (e.g. charging and on Wi-Fi),
 * ``AVL_EVAL``: may only evaluate (e.g. not charging, battery above a threshold),
@@ -11,7 +11,7 @@ Strategies that do not use the eval tier (every baseline of the paper's Table 1)
 treat ``AVL_EVAL`` as not trainable, i.e. a client may train iff its state is
 ``AVL_TRAIN``; no separate two-state view is built.
 
-Semantics (the same as the shared reference traces, data/README.md):
+Semantics (the same as the shared reference traces, docs/file-formats.md):
 
 * a row ``(time, state)`` means the client is in ``state`` from ``time`` (inclusive)
   until its next row: exactly at a change time the new state applies;
@@ -696,7 +696,7 @@ class AvailabilityTrace:
 
 
 class ChangeCursor:
-    """Walks a trace's real changes in time order, from ``t0`` on (DESIGN.md "The server view at scale").
+    """Walks a trace's real changes in time order, from ``t0`` on (docs/architecture.md "The server view at scale").
 
     ``advance(t)`` returns the clients of every change in ``(time, t]`` (a client
     once per change, in time order) and moves the cursor to ``t``; ``peek_time()``

@@ -1,4 +1,4 @@
-"""Locating the shared data folder (data/README.md) without hard-coded paths.
+"""Locating the shared data folder (docs/file-formats.md) without hard-coded paths.
 
 The data folder is laid out like the project's shared ``data/`` directory, e.g.
 ``<folder>/traces/felix_reference_300clients.npz``. It is found from an explicit

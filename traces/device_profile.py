@@ -1,12 +1,12 @@
-"""Per-client device speed and bandwidth (DESIGN.md layers 2-3).
+"""Per-client device speed and bandwidth (docs/architecture.md layers 2-3).
 
-A task's duration is download + compute + upload (DESIGN.md, "Fleet clock"):
+A task's duration is download + compute + upload (docs/architecture.md, "Fleet clock"):
 
 * compute (training) = ``train_delay_s[c]`` (a fixed extra delay per task, the
   paper's emulation, Sec. 5 "Testbed hardware and runtime emulation")
   + ``num_samples * nominal_ms_per_sample / 1000 / compute_speed[c]``;
 * an eval task is a forward pass costing ``eval_cost_fraction`` (1/20) of that
-  compute (paper Sec. 3.3: "up to 20x faster"; REFERENCE.md) and uploads only a
+  compute (paper Sec. 3.3: "up to 20x faster"; the paper's reference settings) and uploads only a
   small loss-statistics message (``eval_upload_bytes``, 64 bytes);
 * transfers take ``bytes * 8 / (1000 * kbps)`` seconds (kbps = kilobits per
   second, FedScale's unit); ``inf`` bandwidth means no communication time, the
@@ -189,7 +189,7 @@ def paper_halfnormal(
     down_kbps: float = np.inf,
     up_kbps: float = np.inf,
 ) -> DeviceProfile:
-    """Per-task delays like the paper's (REFERENCE.md: "half-normal scaled to
+    """Per-task delays like the paper's (the paper's reference settings: "half-normal scaled to
     0-60 s"; the reference delays span 2-56 s, median 10, mean 12.1).
 
     Draws ``|Normal(0, scale_s)|``, rounds to ``round_to_s`` and redraws values
@@ -272,7 +272,7 @@ def flash_profile(
     nominal_ms_per_sample: float = 10_000.0 / 114.0,
     train_delay_s: float = 0.0,
 ) -> DeviceProfile:
-    """Heterogeneous devices from the FLASH study's data (data/README.md).
+    """Heterogeneous devices from the FLASH study's data (docs/file-formats.md).
 
     * compute: each client gets a phone model drawn uniformly from FLASH's
       AI-Benchmark list (``flash_benchmark2score.json``, 307 models); its speed is
@@ -283,7 +283,7 @@ def flash_profile(
       Normal(mean, sigma) draw, redrawn until positive; KB/s become kbps (x8).
 
     ``nominal_ms_per_sample`` (default ~88 ms) makes the median phone train the
-    paper's median CIFAR-10 client (114 samples, REFERENCE.md) in about 10 s, the
+    paper's median CIFAR-10 client (114 samples, the paper's reference settings) in about 10 s, the
     paper's median delay; set it for another model. ``path``: a data folder (or
     ``$FELIX_JAX_DATA``).
     """
@@ -317,7 +317,7 @@ def fedscale_task_time_s(
     model_bytes: float,
     augmentation_factor: float = 3.0,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """FedScale's time model (REFERENCE.md): returns ``(compute_s, comm_s)``.
+    """FedScale's time model (the paper's reference settings): returns ``(compute_s, comm_s)``.
 
     compute = ``augmentation_factor * batch_size * local_steps * ms_per_sample /
     1000`` (3x: forward + backward); comm = model bits down + up over the client's

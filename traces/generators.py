@@ -1,14 +1,14 @@
-"""Synthetic availability traces (DESIGN.md layer 2), all seeded and vectorized.
+"""Synthetic availability traces (docs/architecture.md), all seeded and vectorized.
 
 * ``always_available``: the paper's "100%" scenario (reference trace ``syn_0``).
 * ``slot_bernoulli``: the paper's synthetic "90%" / "50%" scenarios (Sec. 5, Fig. 8a;
-  reference traces ``syn_20`` / ``syn_50``, data/README.md): 144 slots of 600 s, each
+  reference traces ``syn_20`` / ``syn_50``, docs/file-formats.md): 144 slots of 600 s, each
   slot independently available with probability ``p``.
 * ``diurnal``: a day/night model for experiments beyond the paper (Sec. 2 reports
   5x daily swings, 10% at the trough to 80% at the peak, in production fleets).
 
 ``seed`` everywhere accepts an int, a ``np.random.SeedSequence`` or a
-``np.random.Generator`` (DESIGN.md "Determinism").
+``np.random.Generator`` (docs/architecture.md "Determinism").
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def slot_bernoulli(
     Each client's time is cut into ``num_slots`` slots of ``slot_s`` seconds; each
     slot is ``AVL_TRAIN`` with probability ``p`` (independently), else ``UN_AVL``;
     consecutive equal slots are merged into one row. As in the reference traces
-    ``syn_20``/``syn_50`` (data/README.md), every client is ``AVL_TRAIN`` in the
+    ``syn_20``/``syn_50`` (docs/file-formats.md), every client is ``AVL_TRAIN`` in the
     first slot (``first_slot_available``) and enters ``end_state`` (``UN_AVL``) at
     ``num_slots * slot_s`` (24 h by default), which it holds afterwards.
     The expected time-average availability over the slots is

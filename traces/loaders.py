@@ -1,4 +1,4 @@
-"""Loading and saving availability traces (DESIGN.md layer 2; data/README.md).
+"""Loading and saving availability traces (docs/architecture.md; docs/file-formats.md).
 
 Sources:
 
@@ -102,7 +102,7 @@ def _with_clients(trace: AvailabilityTrace, path) -> AvailabilityTrace:
 def load_reference_trace(
     name: str, path: str | os.PathLike | None = None, *, beyond_end: BeyondEnd = "hold"
 ) -> AvailabilityTrace:
-    """One of the paper's six traces (data/README.md), 300 clients.
+    """One of the paper's six traces (docs/file-formats.md), 300 clients.
 
     ``name`` is one of ``REFERENCE_TRACE_NAMES``: ``syn_0`` (the paper's 100%),
     ``syn_20`` (90%), ``syn_50`` (50%), ``mobiperf_2st``, ``mobiperf_3st_50``,
@@ -128,7 +128,7 @@ def load_reference_trace(
 
 
 class ReferenceClients(NamedTuple):
-    """Per-client settings of the paper's CIFAR-10 runs (REFERENCE.md), index order."""
+    """Per-client settings of the paper's CIFAR-10 runs (the paper's reference settings), index order."""
 
     client_ids: np.ndarray  # int64 (300,) ids 1..300
     training_delay_s: np.ndarray  # float64 (300,) extra seconds per training task
@@ -151,8 +151,8 @@ def load_reference_clients(path: str | os.PathLike | None = None) -> ReferenceCl
 def load_fedscale_trace(path: str | os.PathLike) -> AvailabilityTrace:
     """FedScale ``client_behave_trace`` (pickle or JSON) -> periodic trace.
 
-    Format (data/README.md): ``{client_id: {"duration", "active": [t...],
-    "inactive": [t...], "finish_time", "model"}}``. FedScale's rule (REFERENCE.md):
+    Format (docs/file-formats.md): ``{client_id: {"duration", "active": [t...],
+    "inactive": [t...], "finish_time", "model"}}``. FedScale's rule (the paper's reference settings):
     a client is online at ``t`` iff ``active[k] <= t mod finish_time <= inactive[k]``
     for some k. Online maps to ``AVL_TRAIN``, offline to ``UN_AVL``; the trace has
     ``beyond_end="repeat"`` with each client's ``finish_time`` as its period

@@ -1,4 +1,4 @@
-"""Loading pickled plain data without executing anything (data/README.md).
+"""Loading pickled plain data without executing anything (docs/file-formats.md).
 
 FedScale ships its traces as pickles. ``pickle.load`` on an untrusted file can run
 arbitrary code, because a pickle may name any importable global (``os.system``)

@@ -11,7 +11,7 @@ import optax
 
 @dataclasses.dataclass(frozen=True)
 class LocalTrainConfig:
-    """How a client trains (REFERENCE.md: CIFAR-10 uses 1 epoch, batch 32, SGD 0.04).
+    """How a client trains (the paper's reference settings: CIFAR-10 uses 1 epoch, batch 32, SGD 0.04).
 
     ``mode='epochs'``: ``local_epochs`` passes over the client's own data, each a
     fresh permutation cut into ``steps_per_epoch`` batches; with ``drop_last`` the

@@ -5,7 +5,7 @@ length); iterations at or past the task's own ``num_steps`` are masked and chang
 nothing, so one compiled scan serves every task of its bucket. Every random
 choice (batch order, augmentation) derives from the task's PRNG key, so a
 task's result depends only on (start params, client data, key): the property
-lazy batched execution relies on (DESIGN.md).
+lazy batched execution relies on (docs/architecture.md).
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ class LossStats(NamedTuple):
 def statistical_utility(count, sumsq):
     """Oort's statistical utility U = |B| * sqrt(mean_i loss_i^2) = sqrt(|B| * sum_i loss_i^2).
 
-    (Oort, Lai et al. OSDI'21, Sec. 4.2; REFERENCE.md "TierSelect".) Which samples
+    (Oort, Lai et al. OSDI'21, Sec. 4.2; the paper's reference settings "TierSelect".) Which samples
     form B is the caller's choice: the first batch before any step (the FeLiX
     code) or every sample of every local step. Works on numpy and jax arrays.
     """

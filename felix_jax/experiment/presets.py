@@ -13,7 +13,7 @@ PRESETS: dict[str, Scenario] = {
     # Seconds: a tiny MLP on the embedded digits (end-to-end tests, CI).
     "tiny": Scenario(name="tiny", model="mlp", num_clients=12, concurrency=4, aggregation_goal=2,
                      learning_rate=0.1, target_accuracy=0.5, max_aggregations=60, max_virtual_hours=6.0),
-    # The paper's CIFAR-10 setup (REFERENCE.md): its CNN, 300 clients, Dirichlet(0.1),
+    # The paper's CIFAR-10 setup (the paper's reference settings): its CNN, 300 clients, Dirichlet(0.1),
     # 1 local epoch of batch 32, SGD 0.04 with crop+flip, c=30, K=10, the paper's
     # per-client delays, target 70%. Needs FELIX_JAX_DATA; sized for a GPU.
     "cifar10-paper": Scenario(name="cifar10-paper", dataset="cifar10", num_clients=300, alpha=0.1,

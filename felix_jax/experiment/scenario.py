@@ -1,4 +1,4 @@
-"""A scenario is pure data: what to emulate (DESIGN.md layer 1).
+"""A scenario is pure data: what to emulate (docs/architecture.md).
 
 Strings name registry entries (data set, model, availability regime, device
 profile, strategy) and are resolved once, in :mod:`felix_jax.experiment.runner`.

@@ -1,5 +1,5 @@
 """Strategies: named compositions of mode, availability knowledge, selector(s) and
-aggregator (DESIGN.md layer 5). The paper's Table 1 rows are entries here.
+aggregator (docs/architecture.md). The paper's Table 1 rows are entries here.
 
 A strategy is only named defaults: its policies' options (``selector_options``,
 ``eval_selector_options``, ``aggregator_options``) are fields of the policies'

@@ -12,7 +12,7 @@ from .lifecycle import Interruption
 
 @dataclasses.dataclass(frozen=True)
 class FleetConfig:
-    """How the server runs (REFERENCE.md "Async runs", "Sync OORT", "TierTrack")."""
+    """How the server runs (the paper's reference settings "Async runs", "Sync OORT", "TierTrack")."""
 
     mode: Literal["sync", "async"] = "async"
     knowledge: Knowledge = Knowledge.NONE
@@ -56,7 +56,7 @@ class FleetConfig:
     def detaches_on_departure(self) -> bool:
         """A running task leaves the in-flight set when its client leaves the tier (TierTrack, or an
         oracle with ``oracle_departure="free_slot"``); a client that left and returned is then not
-        picked twice in one aggregation round (REFERENCE.md "TierTrack")."""
+        picked twice in one aggregation round (the paper's reference settings "TierTrack")."""
         return self.knowledge is Knowledge.TIERTRACK or (self.knowledge is Knowledge.ORACLE
                                                          and self.oracle_departure == "free_slot")
 
@@ -68,7 +68,7 @@ class FleetConfig:
 
 @dataclasses.dataclass(frozen=True)
 class StopRule:
-    """When a run ends; time-to-target uses the paper's rule (REFERENCE.md)."""
+    """When a run ends; time-to-target uses the paper's rule (the paper's reference settings)."""
 
     target_accuracy: float | None = None
     window: int = 20  # mean of the last `window` accuracies >= target, and the last one too

@@ -1,4 +1,4 @@
-"""Lazy batched execution of tasks (DESIGN.md, "Lazy batched execution").
+"""Lazy batched execution of tasks (docs/architecture.md, "Lazy batched execution").
 
 Dispatch records a task and computes nothing. The first time the server needs
 any result, every pending task is computed in one cohort call per kind (train,

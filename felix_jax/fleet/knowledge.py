@@ -1,4 +1,4 @@
-"""What the server knows about availability (DESIGN.md layer 4).
+"""What the server knows about availability (docs/architecture.md).
 
 - ``none``: learns only from replies (client is AVL_TRAIN) and timeouts (UN_AVL);
   a task sent to an unavailable client waits for it.
@@ -10,7 +10,7 @@
 
 ``refresh_view`` and ``notifications_between`` recompute from the whole trace
 (the reference); :class:`ViewTracker` keeps the same view and counts from the
-tier changes that happen between two events only (DESIGN.md "The server view at
+tier changes that happen between two events only (docs/architecture.md "The server view at
 scale"), at O(changes + log N) per event.
 """
 

@@ -5,7 +5,7 @@ training; AVL_TRAIN or AVL_EVAL for eval). Dispatched at ``t0`` it waits until
 the client is in an allowed tier, runs, and when the client leaves the tier it is
 interrupted: ``resume`` continues where it stopped when the client returns (the
 paper: a trainer checkpoints), ``restart`` starts over, ``abandon`` drops it. ``run_to_end`` is the FeLiX
-reference code's lifecycle (REFERENCE.md "TierTrack"): the task waits for an
+reference code's lifecycle (the paper's reference settings "TierTrack"): the task waits for an
 allowed tier, then runs to completion even if the client leaves meanwhile (it is
 never pre-empted; ``first_stop_s`` still records when the client left, which a
 TierTrack server is told about).

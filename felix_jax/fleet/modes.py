@@ -1,4 +1,4 @@
-"""Server modes: when to dispatch and when to aggregate (REFERENCE.md).
+"""Server modes: when to dispatch and when to aggregate (the paper's reference settings).
 
 - :class:`AsyncMode`: keeps ``concurrency`` training tasks in flight, refilling a
   slot whenever a task ends (or, under TierTrack, its client leaves); buffers

@@ -2,7 +2,7 @@
 
 The aggregate of the buffer, ``m = sum_i w_i delta_i / (K or sum_i w_i)``, is
 treated as a negative pseudo-gradient ``g = -m``: ``sgd(eta)`` gives the plain
-server step ``w <- w + eta * m`` of FedAvg / FedBuff / FeLiX (REFERENCE.md
+server step ``w <- w + eta * m`` of FedAvg / FedBuff / FeLiX (the paper's reference settings
 "Async runs"); ``adam`` and ``yogi`` give FedAdam and FedYogi with the paper's
 adaptivity ``tau = 1e-3`` as epsilon.
 """

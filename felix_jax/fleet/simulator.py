@@ -1,4 +1,4 @@
-"""The fleet clock: a discrete-event loop over virtual time (DESIGN.md layer 3).
+"""The fleet clock: a discrete-event loop over virtual time (docs/architecture.md).
 
 Events (``events.py``): task replies, TierTrack notifications that a running
 client left, per-task timeouts, and wake-ups when availability may have changed.

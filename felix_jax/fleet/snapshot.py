@@ -1,4 +1,4 @@
-"""Resumable runs: snapshot a :class:`~.simulator.FleetSimulator` and restore it (DESIGN.md "Nothing lost").
+"""Resumable runs: snapshot a :class:`~.simulator.FleetSimulator` and restore it (docs/architecture.md "Nothing lost").
 
 A snapshot is taken between two events (a consistent point: no handler is half
 done) and holds everything a run depends on: the model, the server optimizer

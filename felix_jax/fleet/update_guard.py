@@ -1,4 +1,4 @@
-"""The update guard: client updates must be finite and of plausible size (DESIGN.md "Nothing lost").
+"""The update guard: client updates must be finite and of plausible size (docs/architecture.md "Nothing lost").
 
 One client that sends NaN, Inf or a wildly scaled update must not poison the
 global model, and must not pass silently either. Before any aggregator sees a

@@ -3,7 +3,7 @@
 An aggregator sees the buffer of updates as host-side numpy metadata
 (:class:`BufferInfo`) and returns one weight per update (0 drops it); the server
 then applies ``w <- w + eta * sum_i(weight_i * delta_i) / K`` (the FeLiX/FedBuff
-server step, REFERENCE.md "Async runs") or, with ``normalize=True``,
+server step, the paper's reference settings "Async runs") or, with ``normalize=True``,
 ``w <- w + eta * sum_i(weight_i * delta_i) / sum_i(weight_i)`` (the paper's
 TierFuse formula) in :func:`apply_weighted_deltas`, one jitted call.
 """

@@ -1,6 +1,6 @@
 """FedAsync's staleness functions (Xie et al. 2019, Sec. 5) in the buffered server step.
 
-REFERENCE.md "Baselines" lists them as FedBuff variants:
+the paper's reference settings "Baselines" lists them as FedBuff variants:
 
 * constant: ``s(tau) = 1``;
 * polynomial: ``s(tau) = (1 + tau)^-a``, FedAsync's experiments use ``a = 0.5``;
@@ -10,7 +10,7 @@ REFERENCE.md "Baselines" lists them as FedBuff variants:
 FedAsync proper mixes one update at a time, ``w <- (1 - alpha_t) w + alpha_t w_new``
 with ``alpha_t = alpha * s(tau)``, which is this aggregator with K = 1 and
 ``server_lr = alpha``. By default it shares the async runs' buffer and
-``eta = 0.3`` (REFERENCE.md "Async runs") so that only the weighting differs
+``eta = 0.3`` (the paper's reference settings "Async runs") so that only the weighting differs
 from FedBuff.
 """
 

@@ -1,6 +1,6 @@
 """Synchronous FedAvg (McMahan et al. 2017): the sample-weighted mean of fresh updates.
 
-REFERENCE.md "Sync OORT": aggregate the first K fresh updates with weights
+the paper's reference settings "Sync OORT": aggregate the first K fresh updates with weights
 ``n_i / sum_j n_j`` and drop the rest as stale, so ``normalize=True`` (divide by
 the sum of weights), ``server_lr=1`` (the new model is the weighted mean of the
 local models) and ``accepts_stale=False`` (the server discards late updates

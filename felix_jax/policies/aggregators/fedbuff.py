@@ -1,6 +1,6 @@
 """FedBuff (Nguyen et al., AISTATS'22): buffered async FL with 1/sqrt(1 + tau) weights.
 
-REFERENCE.md "Baselines" and "Async runs": buffer K updates, weight each by
+the paper's reference settings "Baselines" and "Async runs": buffer K updates, weight each by
 ``1 / sqrt(1 + tau)``, apply ``w <- w + eta * sum_i(weight_i * delta_i) / K``
 with ``eta = 0.3``. The FedScale variant also drops updates with ``tau > 5``
 (:data:`FEDSCALE_MAX_STALENESS`; ``FedBuffConfig(max_staleness=5)``, variant

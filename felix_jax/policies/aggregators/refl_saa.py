@@ -1,6 +1,6 @@
 """REFL's staleness-aware aggregation (SAA; Abdelmoniem et al., EuroSys'23).
 
-REFERENCE.md "Baselines": in a synchronous round, fresh updates (``tau == 0``)
+the paper's reference settings "Baselines": in a synchronous round, fresh updates (``tau == 0``)
 weigh 1; a stale update with ``1 <= tau <= threshold`` (5 in REFL's E2 runs;
 ``None``: no limit) weighs
 
@@ -27,7 +27,7 @@ REFL's points ``x`` are the local models (it averages models). The server picks
 what it passes to :func:`relative_change`: the local models
 ``w_{v_i} + delta_i`` (REFL's definition; the base-version drift then counts
 as deviation) or the deltas alone. REFL's public code never adds the stale
-models to the global model (REFERENCE.md); this implements the formula.
+models to the global model (the paper's reference settings); this implements the formula.
 
 ``Lambda`` needs the deltas, which :class:`BufferInfo` does not carry: the
 server computes them on device with :func:`relative_change`, slices off any

@@ -4,12 +4,12 @@
 ``alpha(T) = (1 + T)^-a`` (staleness decay) and
 ``beta(L) = min(1.5 - (1 + L)^-b, 1)`` (utility gain). T is the staleness; L is
 the update's statistical utility ``U`` (``info.utility``), "derived from the
-client's local loss" (paper) and what the FeLiX code feeds in (REFERENCE.md
+client's local loss" (paper) and what the FeLiX code feeds in (the paper's reference settings
 "TierFuse": about 120 at the median); ``utility_signal=MEAN_LOSS`` feeds the
 task's mean training loss instead.
 
 Defaults follow the paper where it is explicit and the code otherwise
-(REFERENCE.md "TierFuse"):
+(the paper's reference settings "TierFuse"):
 
 * ``sigma = 0.4, a = 0.25, b = 0.1`` (code);
 * ``cap_beta=True``: the paper's ``min(., 1)``; the code has no cap (``False``).

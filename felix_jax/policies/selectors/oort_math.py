@@ -1,7 +1,7 @@
 """Oort's guided participant selection, as vectorised numpy (Lai et al., OSDI'21).
 
 Pure host functions over per-client arrays; the selector in :mod:`.oort` keeps
-the state and reads the client map. Formulas (REFERENCE.md "TierSelect" and
+the state and reads the client map. Formulas (the paper's reference settings "TierSelect" and
 "Baselines"):
 
 * exploit score = (U' + sqrt(0.1 ln(round) / last_round)) * system penalty, the
@@ -45,7 +45,7 @@ class OortConfig:
     """Every Oort switch, as plain fields (a scenario option ``selector.<field>=value`` sets one).
 
     The defaults, ``OortConfig()`` = ``OORT_VARIANTS["felix"]``, are the FeLiX
-    code's train selector (REFERENCE.md "TierSelect"), used by every strategy
+    code's train selector (the paper's reference settings "TierSelect"), used by every strategy
     unless a scenario names another variant: epsilon 0.9 decayed by 0.98 per call
     from the first call on, floor 0.2, uniform exploration, raw (clipped) U plus
     the bonus, ``T_pref`` over the durations observed from explored clients,

@@ -3,7 +3,7 @@
 Priority goes to clients predicted to *leave* within the next window
 [t, t + W] (their data is otherwise lost to training); the "predictor" is the
 true trace (an oracle strategy only), optionally thinned to a given accuracy
-(REFERENCE.md "Baselines": 90%). Within each group the order is random.
+(the paper's reference settings "Baselines": 90%). Within each group the order is random.
 
 REFL also shrinks the fresh selection by the stale updates it expects; felix-jax
 rounds close on K *fresh* updates (stale ones ride along with SAA weights), so

@@ -1,6 +1,6 @@
 """REFL's intelligent participant selection (IPS; Abdelmoniem et al., EuroSys'23), vectorised.
 
-REFERENCE.md "Baselines": IPS gives priority to clients that will leave within
+the paper's reference settings "Baselines": IPS gives priority to clients that will leave within
 the next window ``[t, t + W]``; the "predictor" is the availability trace,
 optionally degraded to 90% accuracy. The lead passes the oracle arrays (e.g.
 from ``AvailabilityTrace.next_change_after``); everything here is pure numpy.

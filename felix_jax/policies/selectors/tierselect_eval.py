@@ -1,4 +1,4 @@
-"""TierSelect's eval selector (FeLiX paper, "TierSelect"; REFERENCE.md).
+"""TierSelect's eval selector (FeLiX paper, "TierSelect"; the paper's reference settings).
 
 Sends cheap forward-pass eval tasks to clients that trained at least once, are in
 AVL_TRAIN or AVL_EVAL and idle, and whose utility is at least ``min_age`` rounds

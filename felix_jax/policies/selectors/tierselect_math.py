@@ -1,6 +1,6 @@
 """TierSelect's eval selector as vectorised numpy (FeLiX paper Sec. 3.3, Algorithm 2).
 
-REFERENCE.md "TierSelect": eval tasks go to clients that trained at least once,
+the paper's reference settings "TierSelect": eval tasks go to clients that trained at least once,
 are in ``AVL_TRAIN`` or ``AVL_EVAL``, are not busy with a task, and whose
 utility is at least ``min_age`` rounds old (35 in the code), stalest first; at
 most ``e = int(1.5 K)`` eval tasks per aggregation round (15 at K = 10). The
