@@ -17,7 +17,8 @@ from felix_jax.fleet.snapshot import SnapshotError, SnapshotPolicy, decode, enco
 
 # 60 s availability slots under 50% availability: tasks are interrupted, time out and wait, so a
 # snapshot catches pending tasks, computed results, stored deltas and several live model versions
-BASE = {"availability": "avail50", "slot_s": "60", "max_aggregations": "12", "target_accuracy": "none"}
+BASE = {"availability": "avail50", "slot_s": "60", "max_aggregations": "12", "target_accuracy": "none",
+        "eval_selector.min_age": "35"}  # (the paper code's age: no eval task in 12 rounds, as these snapshots were built)
 
 
 def scenario(strategy: str, **overrides):

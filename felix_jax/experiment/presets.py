@@ -8,11 +8,16 @@ PRESETS: dict[str, Scenario] = {
     # Under a minute per run on 2 CPU cores, offline: the embedded digits, the
     # paper's CNN, 30 clients with Dirichlet(0.5) label skew, the paper's 2-56 s
     # delays. The synthetic availability slots are compressed 10x (60 s instead of
-    # the paper's 600 s) so that a run this short still sees many tier changes.
-    "quickstart": Scenario(slot_s=60.0),
-    # Seconds: a tiny MLP on the embedded digits (end-to-end tests, CI).
+    # the paper's 600 s) so that a run this short still sees many tier changes, and the
+    # eval selector refreshes utilities 5 rounds old (the paper's code: 35, in runs of
+    # thousands of rounds; at 35 a run of ~50 aggregations would evaluate almost nothing).
+    "quickstart": Scenario(slot_s=60.0, eval_selector={"min_age": 5}),
+    # Seconds: a tiny MLP on the embedded digits (end-to-end tests, CI). Slots of 30 s, so that
+    # avail50 / avail90 churn within its ~100 virtual seconds (only the first slot is all-available),
+    # and utilities 3 rounds old are refreshed by FeLiX's eval selector (runs of ~20-60 rounds).
     "tiny": Scenario(name="tiny", model="mlp", num_clients=12, concurrency=4, aggregation_goal=2,
-                     learning_rate=0.1, target_accuracy=0.5, max_aggregations=60, max_virtual_hours=6.0),
+                     learning_rate=0.1, target_accuracy=0.5, max_aggregations=60, max_virtual_hours=6.0,
+                     slot_s=30.0, eval_selector={"min_age": 3}),
     # The paper's CIFAR-10 setup (the paper's reference settings): its CNN, 300 clients, Dirichlet(0.1),
     # 1 local epoch of batch 32, SGD 0.04 with crop+flip, c=30, K=10, the paper's
     # per-client delays, target 70%. Needs FELIX_JAX_DATA; sized for a GPU.
