@@ -217,8 +217,8 @@ class _Progress:
     (last-``window`` mean) / target and virtual hours / limit, and never goes backwards (the largest
     so far: a falling accuracy does not undo it); the text shows each part and a wall-clock ETA to
     the nearest cap from the rate over the last ``recent`` checkpoints, once there are at least 3
-    (before that, and once a stop is reached, ``ETA -``). The target gives no ETA: when accuracy
-    will reach it has no basis.
+    (before that, and once a stop is reached, ``ETA -``). The target gives no ETA, when accuracy
+    will reach it has no basis: with a target the ETA reads ``<= T`` (the cap's, an upper bound).
 
     On a terminal a tqdm bar; elsewhere (a notebook, a log file) plain lines, at most one per
     ``every_s`` seconds of wall time and one at the end. Fed every checkpoint; ``latest`` holds the
@@ -288,6 +288,8 @@ class _Progress:
         hours = f"{cp.time_s / 3600:.2f}"
         hours += f" of {stop.max_virtual_s / 3600:g} virtual h" if p.virtual_time is not None else " virtual h"
         eta = "-" if p.eta_s is None else _format_seconds(p.eta_s)
+        if p.eta_s is not None and p.accuracy is not None:  # the target may end the run before the cap
+            eta = "<= " + eta
         return f"{acc} | agg {cp.version}/{stop.max_aggregations} | {hours} | ETA {eta}"
 
     def __call__(self, cp: Checkpoint) -> None:
