@@ -274,3 +274,32 @@ def test_a_matrix_cell_stopped_by_a_signal_is_resumed_not_taken_as_finished(tmp_
     assert done[0]["stop_reason"] == "max_aggregations" and done[0]["aggregations"] == 8
     cell = "runs/fedbuff-avail50-seed0/metrics.csv"
     assert ref and (tmp_path / "m" / cell).read_bytes() == (tmp_path / "ref" / cell).read_bytes()
+
+
+def test_sigint_without_snapshot_flags_resumes_to_byte_identical_metrics(tmp_path, monkeypatch):
+    """Ctrl-C (SIGINT) on ``felix-jax run`` with no --snapshot-every: the stop writes a snapshot,
+    and ``--resume`` finishes the run with the uninterrupted run's metrics.csv, byte for byte."""
+    import json
+    import os
+    import signal
+
+    from felix_jax.fleet.simulator import FleetSimulator
+
+    sets = ["--set", "strategy=felix", "--set", "availability=avail50", "--set", "target_accuracy=none",
+            "--set", "max_aggregations=10"]
+    assert main(["run", "--preset", "tiny", *sets, "--quiet", "--out", str(tmp_path / "ref")]) == 0
+    original = FleetSimulator._checkpoint
+
+    def interrupt_at_version_6(self):
+        original(self)
+        if self.version == 6:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(FleetSimulator, "_checkpoint", interrupt_at_version_6)
+    with pytest.raises(SystemExit) as stopped:
+        main(["run", "--preset", "tiny", *sets, "--quiet", "--out", str(tmp_path / "cut")])
+    assert stopped.value.code == 128 + signal.SIGINT
+    assert json.loads((tmp_path / "cut" / "summary.json").read_text())["stop_reason"] == "interrupted"
+    monkeypatch.setattr(FleetSimulator, "_checkpoint", original)
+    assert main(["run", "--resume", str(tmp_path / "cut"), "--quiet"]) == 0
+    assert (tmp_path / "cut" / "metrics.csv").read_bytes() == (tmp_path / "ref" / "metrics.csv").read_bytes()
