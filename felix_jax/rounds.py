@@ -66,6 +66,13 @@ class FederatedRound:
     def init(self, params: Params) -> RoundState:
         return RoundState(params, self.server_optimizer.init(params), 0)
 
+    def evaluate(self, state: RoundState, test):
+        """Test accuracy and mean loss of the round's model on a held-out set
+        (:func:`felix_jax.data.federated.held_out_to_device`): a ``HeldOutMetrics``."""
+        from .cohort import evaluate
+
+        return evaluate(self.model, state.params, test)
+
     def __call__(self, state: RoundState, clients) -> tuple[RoundState, RoundMetrics]:
         clients = np.asarray(clients, np.int64).ravel()
         if clients.size == 0:
