@@ -236,6 +236,10 @@ def test_eval_tier_summary_counts_match_a_hand_traced_run():
     assert s["picked_duration_mean_s"] == 10.0
     # late: client 1's first reply (from v0, at v1) and client 0's at 20 (sent at v1, arrives at v2)
     assert s["late_update_share"] == 2 / 4
+    # FedBuff weights 1/sqrt(1 + staleness) of staleness [0, 1, 1, 0]: fresh 1, late 1/sqrt(2)
+    assert a.staleness == [0, 1, 1, 0]
+    assert s["agg_weight_fresh_mean"] == pytest.approx(1.0)
+    assert s["agg_weight_late_mean"] == pytest.approx(2 ** -0.5)
 
 
 def test_a_run_whose_eval_tier_did_nothing_says_so(tmp_path):

@@ -276,30 +276,22 @@ def test_a_matrix_cell_stopped_by_a_signal_is_resumed_not_taken_as_finished(tmp_
     assert ref and (tmp_path / "m" / cell).read_bytes() == (tmp_path / "ref" / cell).read_bytes()
 
 
-def test_sigint_without_snapshot_flags_resumes_to_byte_identical_metrics(tmp_path, monkeypatch):
-    """Ctrl-C (SIGINT) on ``felix-jax run`` with no --snapshot-every: the stop writes a snapshot,
-    and ``--resume`` finishes the run with the uninterrupted run's metrics.csv, byte for byte."""
-    import json
-    import os
-    import signal
 
-    from felix_jax.fleet.simulator import FleetSimulator
+def test_pooled_cells_and_the_table_against_hand_computed_values(tmp_path):
+    from felix_jax.experiment.compare import _sig, comparison_table, pool_cells
 
-    sets = ["--set", "strategy=felix", "--set", "availability=avail50", "--set", "target_accuracy=none",
-            "--set", "max_aggregations=10"]
-    assert main(["run", "--preset", "tiny", *sets, "--quiet", "--out", str(tmp_path / "ref")]) == 0
-    original = FleetSimulator._checkpoint
+    def row(st, seed, hours, gb):
+        return {"strategy": st, "availability": "avail50", "seed": seed, "time_to_target_h": hours,
+                "bytes_train": gb * 0.9e9, "bytes_eval": gb * 0.1e9, "bytes_total": gb * 1e9, "aggregations": 10,
+                "final_accuracy": 0.5, "run_dir": str(tmp_path)}
 
-    def interrupt_at_version_6(self):
-        original(self)
-        if self.version == 6:
-            os.kill(os.getpid(), signal.SIGINT)
-
-    monkeypatch.setattr(FleetSimulator, "_checkpoint", interrupt_at_version_6)
-    with pytest.raises(SystemExit) as stopped:
-        main(["run", "--preset", "tiny", *sets, "--quiet", "--out", str(tmp_path / "cut")])
-    assert stopped.value.code == 128 + signal.SIGINT
-    assert json.loads((tmp_path / "cut" / "summary.json").read_text())["stop_reason"] == "interrupted"
-    monkeypatch.setattr(FleetSimulator, "_checkpoint", original)
-    assert main(["run", "--resume", str(tmp_path / "cut"), "--quiet"]) == 0
-    assert (tmp_path / "cut" / "metrics.csv").read_bytes() == (tmp_path / "ref" / "metrics.csv").read_bytes()
+    rows = [row("felix", 0, 1.0, 2.0), row("felix", 1, 2.0, 4.0), row("fedbuff", 0, 3.0, 1.0), row("fedbuff", 1, None, 1.0)]
+    felix, fedbuff = pool_cells(rows, ["felix", "fedbuff"], ["avail50"])
+    assert (felix["reached"], felix["seeds"], felix["hours_mean"], felix["hours_std"]) == (2, 2, 1.5, 0.5)
+    assert felix["gb_total"] == pytest.approx(3.0) and felix["gb_eval"] == pytest.approx(0.3)
+    assert (fedbuff["reached"], fedbuff["hours_mean"], fedbuff["hours_std"]) == (1, 3.0, 0.0)
+    table = comparison_table(rows, ["felix", "fedbuff"], ["avail50"], target=0.5).splitlines()
+    assert "accuracy 0.5" in table[0] and "seeds 0,1" in table[0]
+    assert table[2].split()[2:6] == ["2/2", "1.50", "+-", "0.500"] and table[2].split()[-2] == "x1.00"
+    assert table[3].split()[2] == "1/2" and table[3].split()[-2] == "-"  # a seed missed it: no ratio
+    assert [_sig(x) for x in (0.021666, 1.4551, 123.4, 0.0)] == ["0.0217", "1.46", "123", "0"]

@@ -172,14 +172,19 @@ def test_codec_round_trips_exact_types_without_pickle():
         decode(json.loads(text), arrays, device, {})
 
 
-def test_cli_kill_and_resume_equals_an_uninterrupted_run(tmp_path, monkeypatch):
-    """``felix-jax run --snapshot-every N``, stopped by SIGTERM mid-run, then ``--resume DIR``:
-    the finished folder's metrics.csv is byte-identical to an uninterrupted run's."""
+@pytest.mark.parametrize("sig,snapshot_flags", [("SIGTERM", ["--snapshot-every", "4"]), ("SIGINT", [])],
+                         ids=["sigterm-with-snapshots", "sigint-without-snapshot-flags"])
+def test_cli_kill_and_resume_equals_an_uninterrupted_run(tmp_path, monkeypatch, sig, snapshot_flags):
+    """``felix-jax run`` stopped by a signal mid-run (SIGTERM with ``--snapshot-every N``; Ctrl-C
+    with no snapshot flag: the stop writes one), then ``--resume DIR``: the finished folder's
+    metrics.csv is byte-identical to an uninterrupted run's."""
     import os
     import signal
 
     from felix_jax.cli import main
     from felix_jax.fleet.simulator import FleetSimulator
+
+    signum = getattr(signal, sig)
 
     sets = ["--set", "strategy=felix", "--set", "availability=avail50", "--set", "slot_s=60",
             "--set", "target_accuracy=none", "--set", "max_aggregations=10", "--set", "eval_selector.min_age=2"]
@@ -190,12 +195,12 @@ def test_cli_kill_and_resume_equals_an_uninterrupted_run(tmp_path, monkeypatch):
     def kill_at_version_6(self):
         original(self)
         if self.version == 6:
-            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signum)
 
     monkeypatch.setattr(FleetSimulator, "_checkpoint", kill_at_version_6)
     with pytest.raises(SystemExit) as stopped:
-        main(["run", "--preset", "tiny", *sets, "--snapshot-every", "4", "--quiet", "--out", str(tmp_path / "cut")])
-    assert stopped.value.code == 128 + signal.SIGTERM
+        main(["run", "--preset", "tiny", *sets, *snapshot_flags, "--quiet", "--out", str(tmp_path / "cut")])
+    assert stopped.value.code == 128 + signum
     summary = json.loads((tmp_path / "cut" / "summary.json").read_text())
     assert summary["stop_reason"] == "interrupted" and summary["aggregations"] == 6
     monkeypatch.setattr(FleetSimulator, "_checkpoint", original)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import json
 import math
@@ -400,10 +401,8 @@ def run(sc: Scenario, out_dir: str | Path | None = None, progress: bool = False,
     for a signal): a run's results are complete up to there, but where it ends depends on the
     machine's speed, which the stop reason says.
     """
-    if out_dir is None:
-        return _run(sc, None, progress, plot, stop_on_signals, snapshot_every, snapshot_minutes, resume,
-                    wall_budget_s)
-    with folder_lock(out_dir, "felix-jax run"):  # one writer per results folder (re-entrant in a process)
+    # one writer per results folder, for the whole run (re-entrant within a process)
+    with folder_lock(out_dir, "felix-jax run") if out_dir is not None else contextlib.nullcontext():
         return _run(sc, out_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_minutes, resume,
                     wall_budget_s)
 

@@ -344,7 +344,7 @@ def _apply(sim: "FleetSimulator", s: dict) -> None:
     sim.now, sim.version, sim._next_task_id = c["now"], c["version"], c["next_task_id"]
     sim._evals_this_round, sim._last_notify_t = c["evals_this_round"], c["last_notify_t"]
     sim._events, sim._time_to_target = c["events"], c["time_to_target"]
-    sim._test_eval_calls = c.get("test_eval_calls", 0)  # the whole run's, not only the resumed part
+    sim._test_eval_calls = c["test_eval_calls"]  # the whole run's, not only the resumed part
     sim.params, sim.server_opt_state = s["params"], s["server_opt_state"]
     sim.rng.bit_generator.state = s["rng"]
     sim.queue.load_state_dict(s["queue"])
@@ -355,8 +355,7 @@ def _apply(sim: "FleetSimulator", s: dict) -> None:
     sim._guard_norms, sim._guard_empty_buffers = s["guard"]["norms"], s["guard"]["empty_buffers"]
     sim.executor.load_state_dict(s["executor"])
     sim.acct = s["accounting"]
-    if "utility_by_eval" in s:  # snapshots written before this field: every utility read as a train reply's
-        sim._utility_by_eval = np.asarray(s["utility_by_eval"], bool).copy()
+    sim._utility_by_eval = np.asarray(s["utility_by_eval"], bool).copy()
     sim.checkpoints, sim.aggregation_times, sim._accuracies = s["checkpoints"], s["aggregation_times"], s["accuracies"]
     sim.engine.records[:] = s["cohort_calls"]
 
