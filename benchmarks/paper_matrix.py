@@ -177,7 +177,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--out", default="results/paper-matrix")
     ap.add_argument("--json", help="write the rows and the table here")
     ap.add_argument("--table-only", action="store_true",
-                    help="run nothing: tabulate every finished cell under --out/runs (all seeds found)")
+                    help="run nothing: tabulate every finished cell under --out/runs of the --seeds given")
     args = ap.parse_args(argv)
     enable_compilation_cache()
     base = get_preset(args.scenario).with_overrides(dict(kv.split("=", 1) for kv in args.set))
@@ -193,7 +193,7 @@ def main(argv=None) -> dict:
     every = list(dict.fromkeys(strategies + ablations + [st for st, _ in args.extra_cell]))
     all_regimes = list(dict.fromkeys(regimes + ablation_regimes + [rg for _, rg in args.extra_cell]))
     if args.table_only:
-        rows = finished_rows(out, base.to_json())
+        rows = [r for r in finished_rows(out, base.to_json()) if r["seed"] in seeds]  # the seeds asked for
         table = fidelity_table(rows, every, all_regimes)
         diagnostics = diagnostics_table(rows, every, all_regimes)
         print(table + "\n\n" + diagnostics)
