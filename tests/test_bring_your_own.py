@@ -54,6 +54,8 @@ def test_device_profile_from_csv_and_npz(tmp_path):
     p = load_device_profile(tmp_path / "p.csv")
     assert p.train_delay_s.tolist() == [10.0, 20.0] and p.down_kbps.tolist() == [np.inf, 1000.0]
     assert p.compute_speed.tolist() == [1.0, 1.0]
+    (tmp_path / "c.csv").write_text("# measured on the lab phones\nclient,train_delay_s\n# the slow one\n2,20\n1,10\n")
+    assert load_device_profile(tmp_path / "c.csv").train_delay_s.tolist() == [10.0, 20.0]
     np.savez(tmp_path / "p.npz", train_delay_s=np.array([1.0, 2.0, 3.0]))
     assert make_profile(str(tmp_path / "p.npz"), 5, 0).train_delay_s.tolist() == [1.0, 2.0, 3.0, 1.0, 2.0]
     (tmp_path / "q.csv").write_text("client,speed\n1,2\n")

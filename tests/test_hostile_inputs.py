@@ -181,7 +181,8 @@ def _make_hostile_selector():
     ([999], r"client ids \[999\] outside \[0, 3\)"),
     ([0, -1], r"client ids \[-1\] outside \[0, 3\)"),
     ([0.0, 1.5], r"float64.*integer client ids in \[0, 3\)"),
-], ids=["999", "minus-1", "floats"])
+    ([0, 1, 2], r"3 clients when asked for at most 2"),
+], ids=["999", "minus-1", "floats", "more-than-asked"])
 def test_a_plugin_selector_returning_bad_ids_is_a_clear_error(picked, expected):
     from felix_jax import plugins
     from felix_jax.policies import make_selector

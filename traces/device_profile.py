@@ -352,9 +352,11 @@ def load_device_profile(path: str | os.PathLike) -> DeviceProfile:
                 cols = {k: np.asarray(z[k], np.float64) for k in z.files}
         elif suffix == ".csv":
             with open(path) as f:
-                if not any(line.strip() and not line.lstrip().startswith("#") for line in f):
-                    raise DataFileError(path, f"the file is empty (no header row, no clients); expected {expected}")
-            table = np.genfromtxt(path, delimiter=",", names=True, dtype=np.float64, ndmin=1)
+                # '#' lines (comments, anywhere) are skipped, so the first other line is the header row
+                lines = [line for line in f if line.strip() and not line.lstrip().startswith("#")]
+            if not lines:
+                raise DataFileError(path, f"the file is empty (no header row, no clients); expected {expected}")
+            table = np.genfromtxt(lines, delimiter=",", names=True, dtype=np.float64, ndmin=1)
             if table.dtype.names is None:
                 raise DataFileError(path, f"no header row; expected {expected}")
             cols = {k: np.atleast_1d(table[k]) for k in table.dtype.names}

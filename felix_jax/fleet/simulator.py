@@ -305,6 +305,8 @@ class FleetSimulator:
                                f"{raw.dtype}, shape {raw.shape}): expected a 1-D array of integer client ids "
                                f"in [0, {n})")
         clients = raw.astype(np.int64)
+        if len(clients) > k:
+            raise PolicyError(f"selector {selector.name} returned {len(clients)} clients when asked for at most {k}")
         if np.any((clients < 0) | (clients >= n)):
             bad = clients[(clients < 0) | (clients >= n)]
             raise PolicyError(f"selector {selector.name} returned client ids {bad[:8].tolist()} outside [0, {n})")
