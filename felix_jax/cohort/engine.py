@@ -84,6 +84,22 @@ class CallRecord:
     useful_work: int  # sum of real tasks' steps / batches
     seconds: float  # host wall time incl. device sync
     compiled: bool  # first call with this shape
+    own_tasks: int | None = None  # a call shared with other experiments (cohort/group.py): this one's tasks
+
+
+# The fixed cost of one more device call, in task-steps, by backend (``plan_buckets``'s
+# ``call_overhead``): the bucketing merges task lengths into fewer, padded calls while a call costs
+# more than the padding it saves. CPU: 8, tuned on the 2-core machine (BENCHMARKS.md, "bucketing").
+# Accelerators: a call's cost hardly grows with its tasks. On one H200 (paper CNN, 5 steps x batch 32)
+# 32 tasks took 48 ms, 128 tasks 73 ms and 512 tasks 201 ms: fitting t = a + b x task-steps gives a
+# call overhead a / b of 450-750 task-steps, so 512.
+CALL_OVERHEAD = {"cpu": 8}
+ACCELERATOR_CALL_OVERHEAD = 512
+
+
+def default_call_overhead(backend: str | None = None) -> int:
+    """The bucketing's per-call overhead (task-steps) for ``backend`` (default: jax's)."""
+    return CALL_OVERHEAD.get(backend or jax.default_backend(), ACCELERATOR_CALL_OVERHEAD)
 
 
 def _stats_to_host(stats: LossStats, idx: np.ndarray) -> LossStats:
@@ -97,7 +113,7 @@ class CohortEngine:
                  eval_cfg: LocalEvalConfig | None = None, *, seed: int = 0,
                  backend: Literal["jit", "debug"] = "jit", plan: ExecutionPlan | str | None = None,
                  max_tasks_per_call: int = 256, min_tasks_per_call: int | None = None, devices: int | None = None,
-                 streams: ClientStreams | None = None):
+                 streams: ClientStreams | None = None, call_overhead: int | None = None):
         if backend not in ("jit", "debug"):
             raise ValueError(f"backend must be 'jit' or 'debug', got {backend!r}")
         self.model = model
@@ -107,6 +123,12 @@ class CohortEngine:
         self.backend = backend
         self.plan = ExecutionPlan.parse(plan) if isinstance(plan, str) else (plan or auto_plan())
         self.max_tasks_per_call = max_tasks_per_call
+        self.call_overhead = default_call_overhead() if call_overhead is None else int(call_overhead)
+        if self.call_overhead < 0:
+            raise ValueError(f"call_overhead must be >= 0 task-steps, got {call_overhead}")
+        # a sweep batch routes this engine's calls through a shared cohort (experiment/sweep.py):
+        # ``shared(kind, request) -> output``, blocking until the batch's flush; None: its own calls
+        self.shared = None
         # the debug backend is the one-task-at-a-time reference: always one device
         self.devices = cohort_devices(devices) if backend == "jit" else cohort_devices(1)
         self.num_devices = len(self.devices)
@@ -121,6 +143,7 @@ class CohortEngine:
                              f"({self.min_tasks_per_call} tasks on {self.num_devices} devices)")
         self._chunk = None if self.plan.kind == "vmap" else (1 if self.plan.kind == "map" else self.plan.chunk)
         self.base_key = jax.random.key(seed)
+        self._key_data = jax.random.key_data(self.base_key)[None]  # (1, key data): see _run_cohort
         self.counts = np.asarray(jax.device_get(data.counts))
         # client streams: a task's data (and so its length) depends on its start time (data/streams.py)
         if (streams is None) != (data.streams is None):
@@ -167,6 +190,9 @@ class CohortEngine:
         """Trains tasks (client ``clients[i]`` from store slot ``slots[i]``, key from ``task_ids[i]``;
         with client streams, on the data it holds at ``times[i]``)."""
         slots, clients, task_ids, times = self._check(slots, clients, task_ids, times)
+        if self.shared is not None:
+            from .group import Request
+            return self.shared("train", Request(self, stacked_params, slots, clients, task_ids, times))
         steps = self.num_train_steps(clients, times)
         if self.backend == "debug":
             return self._train_debug(stacked_params, slots, clients, task_ids, steps, times)
@@ -182,6 +208,9 @@ class CohortEngine:
     def evaluate(self, stacked_params: Params, slots, clients, task_ids, times=None) -> CohortEvalOutput:
         """Forward-pass eval tasks over each client's data (cheap utility refresh)."""
         slots, clients, task_ids, times = self._check(slots, clients, task_ids, times)
+        if self.shared is not None:
+            from .group import Request
+            return self.shared("eval", Request(self, stacked_params, slots, clients, task_ids, times))
         batches = self.num_eval_batches(clients, times)
         if self.backend == "debug":
             return self._eval_debug(stacked_params, slots, clients, task_ids, batches, times)
@@ -207,10 +236,11 @@ class CohortEngine:
                 continue
             padded = sum(r.executed_work for r in recs)
             useful = sum(r.useful_work for r in recs)
-            sizes = np.array([r.num_tasks for r in recs])
+            sizes = np.array([r.num_tasks for r in recs])  # a shared call's: every experiment's tasks
+            own = [r.num_tasks if r.own_tasks is None else r.own_tasks for r in recs]
             out[kind] = {
                 "calls": len(recs),
-                "tasks": int(sizes.sum()),
+                "tasks": int(sum(own)),
                 "mean_tasks_per_call": float(sizes.mean()),
                 "p10_tasks_per_call": float(np.percentile(sizes, 10)),
                 "p90_tasks_per_call": float(np.percentile(sizes, 90)),
@@ -239,8 +269,8 @@ class CohortEngine:
         return slots, clients, task_ids, times
 
     def _buckets(self, lengths: np.ndarray):
-        return plan_buckets(lengths, self.max_tasks_per_call, min_tasks=self.min_tasks_per_call, chunk=self._chunk,
-                            devices=self.num_devices)
+        return plan_buckets(lengths, self.max_tasks_per_call, self.call_overhead, min_tasks=self.min_tasks_per_call,
+                            chunk=self._chunk, devices=self.num_devices)
 
     def _task_args(self, bucket, slots, clients, task_ids, times, lengths):
         """The bucket's padded task arrays (host numpy, in device order) and each real task's row."""
@@ -252,8 +282,8 @@ class CohortEngine:
 
     def _call(self, jitted, stacked_params, args, scan_len):
         if self._mesh is None:
-            return jitted(stacked_params, self.data, *(jnp.asarray(a) for a in args), self.base_key,
-                          scan_len=scan_len, plan=self.plan)
+            return jitted(stacked_params, self.data, *(jnp.asarray(a) for a in args),
+                          jnp.zeros(len(args[0]), jnp.int32), self._key_data, scan_len=scan_len, plan=self.plan)
         out = jitted(place_replicated(stacked_params, self._mesh), self._data_on_mesh,
                      *(place_by_task(a, self._mesh) for a in args))
         return local_copy(out, self._home)
@@ -261,7 +291,7 @@ class CohortEngine:
     def _sharded(self, init, step, final, cfg, scan_len):
         def run(stacked, data, slots, clients, task_ids, times, lengths):
             return _run_cohort(init, step, final, self.model, cfg, stacked, data, slots, clients, task_ids, times,
-                               lengths, self.base_key, scan_len=scan_len, plan=self.plan)
+                               lengths, jnp.zeros_like(slots), self._key_data, scan_len=scan_len, plan=self.plan)
 
         return sharded_cohort(run, self._mesh, num_task_args=5)
 
@@ -334,13 +364,18 @@ def _assemble_train(parts, order) -> CohortTrainOutput:
     return CohortTrainOutput(tuple(out.delta for out, _ in parts), part_of, rows, cat(0), cat(1), num_steps)
 
 
-def _run_cohort(init, step, final, model, cfg, stacked, data, slots, clients, task_ids, times, lengths, base_key, *,
-                scan_len, plan):
-    """One compiled call: per task, gather its start parameters and key, then init/scan(step)/final."""
-    def init_task(slot, client, tid, t):
+def _run_cohort(init, step, final, model, cfg, stacked, data, slots, clients, task_ids, times, lengths, key_of,
+                base_keys, *, scan_len, plan):
+    """One compiled call: per task, gather its start parameters and key, then init/scan(step)/final.
+
+    ``base_keys`` (E, key data) holds one base key per experiment sharing the call (one for a
+    single engine) and ``key_of`` each task's row in it: task ``i``'s key is
+    ``fold_in(base_keys[key_of[i]], task_ids[i])``, the same key whichever call computes it."""
+    def init_task(slot, client, tid, t, which):
         params = jax.tree_util.tree_map(lambda s: s[slot], stacked)
-        return init(model, cfg, params, data, client, jax.random.fold_in(base_key, tid), t)
+        key = jax.random.fold_in(jax.random.wrap_key_data(base_keys[which]), tid)
+        return init(model, cfg, params, data, client, key, t)
 
     return cohort_scan(init_task, lambda ctx, c, s, n: step(model, cfg, data, ctx, c, s, n),
-                       lambda ctx, c, n: final(ctx, c, n, scan_len), plan, (slots, clients, task_ids, times), lengths,
-                       scan_len)
+                       lambda ctx, c, n: final(ctx, c, n, scan_len), plan, (slots, clients, task_ids, times, key_of),
+                       lengths, scan_len)

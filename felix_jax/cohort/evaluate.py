@@ -99,6 +99,38 @@ def _eval_by_class(model: Model, params: Params, test: HeldOutSet, chunk: int, n
     return _scan_test(model, params, test, chunk, add, (zeros, zeros, zeros))
 
 
+@partial(jax.jit, static_argnums=(0, 3, 4))
+def _eval_by_class_versions(model: Model, versions: tuple, test: HeldOutSet, chunk: int, num_classes: int):
+    # unrolled, one single-version computation each, as _eval_versions (bit for bit the eager path's)
+    return [_eval_by_class.__wrapped__(model, p, test, chunk, num_classes) for p in versions]
+
+
+def _weighted(counts_etc, class_weights) -> HeldOutMetrics:
+    correct, loss_sum, counts = (np.asarray(a, np.float64) for a in counts_etc)
+    w = np.asarray(class_weights, np.float64)
+    present = counts > 0
+    if not (w[present] > 0).any():
+        raise ValueError("the class mix puts no weight on any class of the test set")
+    w = np.where(present, w, 0.0) / w[present].sum()
+    safe = np.maximum(counts, 1.0)
+    return HeldOutMetrics(float((w * correct / safe).sum()), float((w * loss_sum / safe).sum()))
+
+
+def evaluate_weighted_many(model: Model, versions: list[Params], test: HeldOutSet, class_weights: list,
+                           chunk: int = 1000, pad_to: int | None = None) -> list[HeldOutMetrics]:
+    """:func:`evaluate_weighted` on several versions (each with its class mix) in one device call."""
+    n = int(test.y.shape[0])
+    if n == 0:
+        raise ValueError("empty test set")
+    if not versions:
+        return []
+    num_classes = len(class_weights[0])
+    size = max(len(versions), pad_to or 0)
+    padded = tuple(versions) + (versions[-1],) * (size - len(versions))
+    host = jax.device_get(_eval_by_class_versions(model, padded, test, min(chunk, n), num_classes))
+    return [_weighted(h, w) for h, w in zip(host, class_weights)]
+
+
 def evaluate_weighted(model: Model, params: Params, test: HeldOutSet, class_weights, chunk: int = 1000
                       ) -> HeldOutMetrics:
     """Accuracy and loss on the test set re-weighted to a class mix (``class_weights``, summing to
@@ -108,11 +140,4 @@ def evaluate_weighted(model: Model, params: Params, test: HeldOutSet, class_weig
     if n == 0:
         raise ValueError("empty test set")
     w = np.asarray(class_weights, np.float64)
-    correct, loss_sum, counts = (np.asarray(a, np.float64) for a in
-                                 jax.device_get(_eval_by_class(model, params, test, min(chunk, n), len(w))))
-    present = counts > 0
-    if not (w[present] > 0).any():
-        raise ValueError("the class mix puts no weight on any class of the test set")
-    w = np.where(present, w, 0.0) / w[present].sum()
-    safe = np.maximum(counts, 1.0)
-    return HeldOutMetrics(float((w * correct / safe).sum()), float((w * loss_sum / safe).sum()))
+    return _weighted(jax.device_get(_eval_by_class(model, params, test, min(chunk, n), len(w))), w)

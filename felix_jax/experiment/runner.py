@@ -381,7 +381,7 @@ def run_config(sc: Scenario, sim: FleetSimulator) -> dict[str, Any]:
 
 def run(sc: Scenario, out_dir: str | Path | None = None, progress: bool = False, plot: bool = True,
         stop_on_signals: bool = False, snapshot_every: int | None = None, snapshot_minutes: float | None = None,
-        resume: bool = False, wall_budget_s: float | None = None) -> RunResult:
+        resume: bool = False, wall_budget_s: float | None = None, batch=None) -> RunResult:
     """Builds and runs ``sc``; with ``out_dir``, writes its results folder as the run goes.
 
     The folder is checked (created, writable) before any work and a previous run's result
@@ -396,6 +396,8 @@ def run(sc: Scenario, out_dir: str | Path | None = None, progress: bool = False,
     continues the run whose snapshot ``out_dir`` holds (``sc`` must be its scenario, e.g.
     ``Scenario.from_file(out_dir / "config.json")``): the finished run's files equal an
     uninterrupted run's.
+    ``batch``: a :class:`~felix_jax.experiment.sweep.BatchMember`: the run shares its device calls
+    with the other experiments of a sweep batch (``run_sweep`` passes it; the results are the same).
     ``wall_budget_s``: seconds of wall time (from this call, the build included) after which the
     run stops after the current event, with stop reason ``"wall_budget"`` (a snapshot then, as
     for a signal): a run's results are complete up to there, but where it ends depends on the
@@ -404,11 +406,11 @@ def run(sc: Scenario, out_dir: str | Path | None = None, progress: bool = False,
     # one writer per results folder, for the whole run (re-entrant within a process)
     with folder_lock(out_dir, "felix-jax run") if out_dir is not None else contextlib.nullcontext():
         return _run(sc, out_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_minutes, resume,
-                    wall_budget_s)
+                    wall_budget_s, batch)
 
 
 def _run(sc, out_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_minutes, resume,
-         wall_budget_s) -> RunResult:
+         wall_budget_s, batch=None) -> RunResult:
     t_call = time.perf_counter()
     if wall_budget_s is not None and not wall_budget_s > 0:
         raise ValueError(f"wall_budget_s must be > 0 seconds, got {wall_budget_s}")
@@ -431,6 +433,8 @@ def _run(sc, out_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_
     with _StopOnSignals(stop_on_signals) as signals:
         try:
             sim = build_simulator(sc, on_checkpoint=on_checkpoint)
+            if batch is not None:
+                batch.attach(sim)
             if resume:
                 sim.restore(snap_dir)
             config = run_config(sc, sim)
@@ -460,6 +464,9 @@ def _run(sc, out_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_
                 stream.close()
     summary = summarize(record, sc.seed, sim.engine.batch_summary())
     summary["flush_tasks_mean"] = float(np.mean(sim.executor.flush_sizes)) if sim.executor.flush_sizes else 0.0
+    if batch is not None:  # shared calls: the batch's statistics; compilations are the process's, not this run's
+        summary["batch"] = batch.summary()
+        summary["xla_compilations"] = None
     if sim.engine.streams is not None:
         summary.update(live_metrics(record.checkpoints, sim.engine.streams.cfg.shift_times_s(), sc.target_accuracy))
     if out is not None:

@@ -130,6 +130,9 @@ class FleetSimulator:
         self.snapshot = snapshot
         # client streams: the population's class mix at a time; test checkpoints are then weighted to it
         self.live_mix = live_mix
+        # a sweep batch: ``test_evaluator(model, test, params_list, mixes or None) -> [HeldOutMetrics]``
+        # evaluates checkpoints together with the batch's other experiments (experiment/sweep.py)
+        self.test_evaluator: Callable | None = None
         self._guard_norms = np.zeros(0, np.float64)  # norms of recently accepted updates, oldest first
         self._guard_empty_buffers = 0  # buffers in a row without an accepted update
         counts = engine.counts
@@ -570,7 +573,12 @@ class FleetSimulator:
         pending, self._pending = self._pending, []
         if not pending:
             return
-        if self.live_mix is not None:  # the live distribution at each checkpoint's time
+        if self.test_evaluator is not None:  # a sweep batch evaluates every experiment's checkpoints together
+            mixes = None if self.live_mix is None else [self.live_mix(p.time_s) for p in pending]
+            metrics = self.test_evaluator(self.model, self.test, [p.params for p in pending], mixes)
+            # counted as this run alone would call (the batch's shared calls are in summary["batch"])
+            self._test_eval_calls += len(pending) if self.live_mix is not None or self.stop.eval_batch == 1 else 1
+        elif self.live_mix is not None:  # the live distribution at each checkpoint's time
             metrics = [evaluate_weighted(self.model, p.params, self.test, self.live_mix(p.time_s)) for p in pending]
             self._test_eval_calls += len(pending)
         elif self.stop.eval_batch == 1:

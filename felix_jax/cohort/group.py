@@ -1,0 +1,263 @@
+"""Device calls shared by several experiments (a sweep group, ``experiment/sweep.py``).
+
+Each experiment keeps its own :class:`CohortEngine` (its partition, seed, version store and
+call records). A :class:`SharedCohort` builds one device data set for all of them: the same
+training arrays, the client index tables stacked (each experiment's clients at an offset,
+rows padded to the widest), the stream tables stacked the same way. A shared flush takes
+every experiment's pending tasks, gathers the model versions they start from into one
+stacked array, and runs them in one bucketed cohort call per (local-training settings,
+bucket): the per-client functions, keys (``fold_in(experiment's base key, task id)``) and
+execution plan are the solo engine's, so under the CPU plan (``lax.map``, one task at a
+time) every task's result equals its solo run's bit for bit. Padding an index row wider
+changes nothing: a task reads only its first ``count`` positions and its batch order draws
+one uniform per position (jax's partitionable threefry, on by default), so the positions
+below ``count`` get the same order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..data.federated import FederatedData
+from ..data.streams import DeviceStreams
+from .buckets import next_pow2, plan_buckets
+from .engine import (CallRecord, CohortEngine, CohortEvalOutput, CohortTrainOutput, _pad_task_args, _run_cohort)
+from .local import eval_final, eval_init, eval_step, train_final, train_init, train_step
+from .stats import LossStats
+
+
+class GroupError(ValueError):
+    """Engines that cannot share device calls (another model, data set, plan or device count)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """One experiment's pending tasks of one kind (checked by its engine)."""
+
+    engine: CohortEngine
+    stacked: object  # the experiment's version store (leaves (capacity, ...))
+    slots: np.ndarray
+    clients: np.ndarray
+    task_ids: np.ndarray
+    times: np.ndarray
+
+
+@dataclasses.dataclass
+class GroupCall:
+    """One shared device call (the sweep's batch statistics)."""
+
+    kind: str
+    num_tasks: int  # real tasks, all experiments
+    experiments: int  # experiments with tasks in it
+    padded_tasks: int
+    seconds: float
+    compiled: bool
+
+
+def _pad_rows(a: np.ndarray, width: int, fill) -> np.ndarray:
+    return np.concatenate([a, np.full((a.shape[0], width - a.shape[1]), fill, a.dtype)], axis=1)
+
+
+def _fingerprint(a) -> tuple:
+    host = np.asarray(jax.device_get(a))
+    return host.shape, str(host.dtype), hash(host.tobytes())
+
+
+class SharedCohort:
+    """See the module docstring. ``engines``: the group's experiments, in a fixed order."""
+
+    def __init__(self, engines: list[CohortEngine], call_overhead: int | None = None):
+        if not engines:
+            raise GroupError("a shared cohort needs at least one engine")
+        first = engines[0]
+        for e in engines:
+            if e.backend != "jit" or e.num_devices != 1:
+                raise GroupError("experiments share device calls on one device with the jit backend "
+                                 f"(an experiment has backend={e.backend!r} on {e.num_devices} devices)")
+            if e.plan != first.plan:
+                raise GroupError(f"experiments of a group need the same execution plan ({first.plan} and {e.plan})")
+            if e.model.name != first.model.name or e.model.num_params != first.model.num_params:
+                raise GroupError(f"experiments of a group need the same model ({first.model.name} and {e.model.name})")
+            if (e.streams is None) != (first.streams is None):
+                raise GroupError("experiments with client streams and without cannot share a group")
+        base = first.data
+        same = (base.x, base.y, base.input_scale, base.input_mean, base.input_std)
+        prints = [_fingerprint(a) for a in same]
+        for e in engines[1:]:
+            d = e.data
+            if d.x is not base.x and [_fingerprint(a) for a in (d.x, d.y, d.input_scale, d.input_mean,
+                                                                  d.input_std)] != prints:
+                raise GroupError("experiments of a group need the same training data (data set, num_train)")
+        self.engines = list(engines)
+        self.model = first.model
+        self.plan = first.plan
+        self._index = {id(e): i for i, e in enumerate(engines)}
+        sizes = [e.data.num_clients for e in engines]
+        self.offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int32)
+        width = max(e.data.max_count for e in engines)
+        table = np.concatenate([_pad_rows(np.asarray(jax.device_get(e.data.index_table)), width, 0) for e in engines])
+        counts = np.concatenate([np.asarray(jax.device_get(e.data.counts)) for e in engines])
+        streams = None
+        if first.streams is not None:
+            streams = self._stack_streams(engines, width)
+        self.data = FederatedData(x=base.x, y=base.y, index_table=jnp.asarray(table, jnp.int32),
+                                  counts=jnp.asarray(counts, jnp.int32), input_scale=base.input_scale,
+                                  input_mean=base.input_mean, input_std=base.input_std, streams=streams)
+        self.keys = jnp.concatenate([e._key_data for e in engines])
+        self.max_tasks_per_call = first.max_tasks_per_call
+        self.min_tasks_per_call = first.min_tasks_per_call
+        self._chunk = first._chunk
+        self.call_overhead = first.call_overhead if call_overhead is None else call_overhead
+        self.train_scan_len = max(e.train_scan_len for e in engines)
+        self.eval_scan_len = max(e.eval_scan_len for e in engines)
+        self._jits: dict = {}
+        self._seen: set = set()
+        self.calls: list[GroupCall] = []
+
+    @staticmethod
+    def _stack_streams(engines, width) -> DeviceStreams:
+        devs = [e.data.streams for e in engines]
+        window_s = {float(d.window_s) for d in devs}
+        explicit = {e.streams.cfg.window_samples for e in engines}
+        if len(window_s) > 1 or len(explicit) > 1:
+            raise GroupError("experiments with client streams share a group only with the same window "
+                             "(window_hours, window_samples)")
+        (samples,) = explicit
+        host = lambda a: np.asarray(jax.device_get(a))  # noqa: E731
+        return DeviceStreams(
+            jnp.asarray(np.concatenate([_pad_rows(host(d.arrival_s), width, np.inf) for d in devs]), jnp.float32),
+            jnp.asarray(np.concatenate([_pad_rows(host(d.label_s), width, np.inf) for d in devs]), jnp.float32),
+            jnp.asarray(np.concatenate([_pad_rows(host(d.proxy_y), width, -1) for d in devs]), jnp.int32),
+            devs[0].window_s, jnp.int32(width if samples is None else samples))
+
+    # ---- the shared calls -----------------------------------------------------------
+    def train(self, requests: list[Request]) -> list[CohortTrainOutput]:
+        """Every request's training tasks, computed together; one output per request, in order."""
+        outputs: list = [None] * len(requests)
+        for cfg, members in self._by_config(requests, "train").items():
+            for i, out in zip(members, self._run("train", cfg, [requests[i] for i in members])):
+                outputs[i] = out
+        return outputs
+
+    def evaluate(self, requests: list[Request]) -> list[CohortEvalOutput]:
+        outputs: list = [None] * len(requests)
+        for cfg, members in self._by_config(requests, "eval").items():
+            for i, out in zip(members, self._run("eval", cfg, [requests[i] for i in members])):
+                outputs[i] = out
+        return outputs
+
+    def _by_config(self, requests, kind) -> dict:
+        groups: dict = {}
+        for i, r in enumerate(requests):
+            if id(r.engine) not in self._index:
+                raise GroupError("a request from an engine outside the group")
+            groups.setdefault(r.engine.train_cfg if kind == "train" else r.engine.eval_cfg, []).append(i)
+        return groups
+
+    def _jit(self, kind, cfg):
+        key = (kind, cfg)
+        if key not in self._jits:
+            fns = (train_init, train_step, train_final) if kind == "train" else (eval_init, eval_step, eval_final)
+            self._jits[key] = jax.jit(partial(_run_cohort, *fns, self.model, cfg), static_argnames=("scan_len", "plan"))
+        return self._jits[key]
+
+    def _run(self, kind: str, cfg, requests: list[Request]):
+        # the versions the tasks start from, experiment by experiment, in one stacked array (its size a
+        # power of two, so few shapes compile)
+        pieces, slots, clients, ids, times, lengths, key_of, owner = [], [], [], [], [], [], [], []
+        base = 0
+        for r_i, r in enumerate(requests):
+            uniq, inverse = np.unique(r.slots, return_inverse=True)
+            pieces.append(jax.tree_util.tree_map(lambda s, u=jnp.asarray(uniq): s[u], r.stacked))
+            slots.append(base + inverse.reshape(-1))
+            base += len(uniq)
+            clients.append(r.clients + self.offsets[self._index[id(r.engine)]])
+            ids.append(r.task_ids)
+            times.append(r.times)
+            lengths.append(r.engine.num_train_steps(r.clients, r.times) if kind == "train"
+                           else r.engine.num_eval_batches(r.clients, r.times))
+            key_of.append(np.full(len(r.clients), self._index[id(r.engine)], np.int32))
+            owner.append(np.full(len(r.clients), r_i, np.int64))
+        size = max(next_pow2(base), 8)
+        if size > base:
+            pieces.append(jax.tree_util.tree_map(lambda s: jnp.zeros((size - base,) + s.shape[1:], s.dtype),
+                                                 requests[0].stacked))
+        stacked = jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *pieces)
+        cat = lambda parts, dtype: np.concatenate(parts).astype(dtype)  # noqa: E731
+        slots, clients, ids = cat(slots, np.int32), cat(clients, np.int32), cat(ids, np.int32)
+        times, lengths = cat(times, np.float32), cat(lengths, np.int64)
+        key_of, owner = cat(key_of, np.int32), cat(owner, np.int64)
+        scan_len = self.train_scan_len if kind == "train" else self.eval_scan_len
+        buckets = plan_buckets(lengths, self.max_tasks_per_call, self.call_overhead, min_tasks=self.min_tasks_per_call,
+                               chunk=self._chunk)
+        outs = []
+        for b in buckets:
+            idx = b.indices
+            args = _pad_task_args(b.num_tasks, slots[idx], clients[idx], ids[idx], times[idx], lengths[idx])
+            which = np.concatenate([key_of[idx], np.zeros(b.num_tasks - len(idx), np.int32)])
+            shape = (kind, cfg, b.num_tasks, size)
+            compiled = shape not in self._seen
+            self._seen.add(shape)
+            t0 = time.perf_counter()
+            out = jax.block_until_ready(self._jit(kind, cfg)(
+                stacked, self.data, *(jnp.asarray(a) for a in args), jnp.asarray(which), self.keys,
+                scan_len=scan_len, plan=self.plan))
+            seconds = time.perf_counter() - t0
+            members = np.unique(owner[idx])
+            self.calls.append(GroupCall(kind, len(idx), len(members), b.num_tasks, seconds, compiled))
+            padded_lengths = args[-1]
+            chunk = self._chunk or b.num_tasks
+            work = int(sum(len(c) * c.max() for c in np.split(padded_lengths, b.num_tasks // chunk)))
+            for m in members:
+                mine = owner[idx] == m
+                requests[m].engine.records.append(CallRecord(kind, len(idx), b.num_tasks, work,
+                                                             int(lengths[idx].sum()), seconds, compiled,
+                                                             own_tasks=int(mine.sum())))
+            outs.append(out)
+        return self._split_train(requests, buckets, outs, owner) if kind == "train" else \
+            self._split_eval(requests, buckets, outs, owner)
+
+    @staticmethod
+    def _positions(buckets, owner):
+        """Per task of the flush: its bucket and row."""
+        part_of = np.zeros(len(owner), np.int64)
+        row = np.zeros(len(owner), np.int64)
+        for p, b in enumerate(buckets):
+            part_of[b.indices] = p
+            row[b.indices] = np.arange(len(b.indices))
+        return part_of, row
+
+    def _split_train(self, requests, buckets, outs, owner) -> list[CohortTrainOutput]:
+        part_of, row = self._positions(buckets, owner)
+        host = jax.device_get([(o.first_batch, o.all_steps, o.num_steps) for o in outs])
+        results = []
+        for m in range(len(requests)):
+            mine = np.flatnonzero(owner == m)  # the request's tasks, in its order
+            used = sorted(set(part_of[mine].tolist()))
+            renumber = {p: i for i, p in enumerate(used)}
+            pick = lambda field, f=None: np.array(  # noqa: E731
+                [np.asarray(host[part_of[t]][field] if f is None else host[part_of[t]][field][f])[row[t]]
+                 for t in mine])
+            results.append(CohortTrainOutput(
+                tuple(outs[p].delta for p in used), np.array([renumber[p] for p in part_of[mine]], np.int64),
+                row[mine], LossStats(*(pick(0, f) for f in range(3))), LossStats(*(pick(1, f) for f in range(3))),
+                pick(2).astype(np.int32)))
+        return results
+
+    def _split_eval(self, requests, buckets, outs, owner) -> list[CohortEvalOutput]:
+        part_of, row = self._positions(buckets, owner)
+        host = jax.device_get([(o.stats, o.correct) for o in outs])
+        results = []
+        for m in range(len(requests)):
+            mine = np.flatnonzero(owner == m)
+            stats = LossStats(*(np.array([np.asarray(host[part_of[t]][0][f])[row[t]] for t in mine])
+                                for f in range(3)))
+            correct = np.array([np.asarray(host[part_of[t]][1])[row[t]] for t in mine], np.float32)
+            results.append(CohortEvalOutput(stats, correct))
+        return results
