@@ -32,6 +32,11 @@ from .local import eval_final, eval_init, eval_step, train_final, train_init, tr
 from .stats import LossStats
 
 
+# arrival and label time of a static data set's samples in a group with client streams: finite
+# (a time window compares ``arrival > t - window``) and before any task's start
+ALWAYS = np.float32(-1e30)
+
+
 class GroupError(ValueError):
     """Engines that cannot share device calls (another model, data set, plan or device count)."""
 
@@ -84,8 +89,6 @@ class SharedCohort:
                 raise GroupError(f"experiments of a group need the same execution plan ({first.plan} and {e.plan})")
             if e.model.name != first.model.name or e.model.num_params != first.model.num_params:
                 raise GroupError(f"experiments of a group need the same model ({first.model.name} and {e.model.name})")
-            if (e.streams is None) != (first.streams is None):
-                raise GroupError("experiments with client streams and without cannot share a group")
         base = first.data
         same = (base.x, base.y, base.input_scale, base.input_mean, base.input_std)
         prints = [_fingerprint(a) for a in same]
@@ -104,7 +107,7 @@ class SharedCohort:
         table = np.concatenate([_pad_rows(np.asarray(jax.device_get(e.data.index_table)), width, 0) for e in engines])
         counts = np.concatenate([np.asarray(jax.device_get(e.data.counts)) for e in engines])
         streams = None
-        if first.streams is not None:
+        if any(e.streams is not None for e in engines):
             streams = self._stack_streams(engines, width)
         self.data = FederatedData(x=base.x, y=base.y, index_table=jnp.asarray(table, jnp.int32),
                                   counts=jnp.asarray(counts, jnp.int32), input_scale=base.input_scale,
@@ -122,19 +125,35 @@ class SharedCohort:
 
     @staticmethod
     def _stack_streams(engines, width) -> DeviceStreams:
-        devs = [e.data.streams for e in engines]
+        """Every engine's stream tables, stacked. An engine with static data joins as a stream whose
+        samples all arrived, labelled, long before time 0 (``ALWAYS``): each task then reads the
+        same rows, count and labels as on the static path."""
+        devs = [e.data.streams for e in engines if e.streams is not None]
         window_s = {float(d.window_s) for d in devs}
-        explicit = {e.streams.cfg.window_samples for e in engines}
+        explicit = {e.streams.cfg.window_samples for e in engines if e.streams is not None}
+        if any(e.streams is None for e in engines):
+            explicit.add(None)  # static data has no count window
         if len(window_s) > 1 or len(explicit) > 1:
             raise GroupError("experiments with client streams share a group only with the same window "
-                             "(window_hours, window_samples)")
+                             "(window_hours, window_samples); static data only with no count window")
         (samples,) = explicit
         host = lambda a: np.asarray(jax.device_get(a))  # noqa: E731
-        return DeviceStreams(
-            jnp.asarray(np.concatenate([_pad_rows(host(d.arrival_s), width, np.inf) for d in devs]), jnp.float32),
-            jnp.asarray(np.concatenate([_pad_rows(host(d.label_s), width, np.inf) for d in devs]), jnp.float32),
-            jnp.asarray(np.concatenate([_pad_rows(host(d.proxy_y), width, -1) for d in devs]), jnp.int32),
-            devs[0].window_s, jnp.int32(width if samples is None else samples))
+        arrival, label, proxy = [], [], []
+        for e in engines:
+            if e.streams is not None:
+                d = e.data.streams
+                arrival.append(_pad_rows(host(d.arrival_s), width, np.inf))
+                label.append(_pad_rows(host(d.label_s), width, np.inf))
+                proxy.append(_pad_rows(host(d.proxy_y), width, -1))
+            else:
+                held = np.arange(width)[None, :] < np.asarray(e.counts)[:, None]
+                arrival.append(np.where(held, ALWAYS, np.inf).astype(np.float32))
+                label.append(arrival[-1])
+                proxy.append(np.full(held.shape, -1, np.int32))
+        return DeviceStreams(jnp.asarray(np.concatenate(arrival), jnp.float32),
+                             jnp.asarray(np.concatenate(label), jnp.float32),
+                             jnp.asarray(np.concatenate(proxy), jnp.int32),
+                             devs[0].window_s, jnp.int32(width if samples is None else samples))
 
     # ---- the shared calls -----------------------------------------------------------
     def train(self, requests: list[Request]) -> list[CohortTrainOutput]:

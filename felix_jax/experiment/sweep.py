@@ -20,6 +20,7 @@ separate calls.
 from __future__ import annotations
 
 import dataclasses
+import math
 import signal
 import sys
 import threading
@@ -40,9 +41,12 @@ SHARE_FIELDS = ("dataset", "num_train", "num_test", "model", "plan", "devices")
 
 
 def share_key(sc: Scenario) -> tuple:
-    """Scenarios with equal keys can share a batch (the fields of :data:`SHARE_FIELDS`, and
-    whether the clients' data are streams)."""
-    return tuple(str(getattr(sc, f)) for f in SHARE_FIELDS) + (sc.resolve_stream().is_static,)
+    """Scenarios with equal keys can share a batch: the fields of :data:`SHARE_FIELDS` and the
+    client streams' window (static data has none, so it shares with streams that keep everything)."""
+    stream = sc.resolve_stream()
+    if stream.is_static:
+        return tuple(str(getattr(sc, f)) for f in SHARE_FIELDS) + (math.inf, None)
+    return tuple(str(getattr(sc, f)) for f in SHARE_FIELDS) + (float(stream.window_hours), stream.window_samples)
 
 
 def default_batch(backend: str | None = None) -> int:

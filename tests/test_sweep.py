@@ -1,0 +1,120 @@
+"""Sweep batches (experiment/sweep.py, cohort/group.py): several experiments in one process, their
+device work in shared calls, each experiment's results equal to its solo run's."""
+
+import json
+import os
+import signal
+import threading
+
+import numpy as np
+import pytest
+
+from felix_jax.cohort.group import GroupError, SharedCohort
+from felix_jax.experiment import get_preset
+from felix_jax.experiment.runner import build_simulator, run
+from felix_jax.experiment.sweep import SweepJob, plan_batches, run_sweep, share_key
+
+# wall-clock and shared-call statistics: the only summary fields a batch may change
+TIMING = {"host_seconds", "host_ms_per_event", "cohort", "xla_compilations", "batch", "selection_ms_mean"}
+
+STREAM = {"stream.rate_per_hour": 60.0, "stream.drift": "surge", "stream.surge_classes": [3, 8],
+          "stream.surge_new": True, "stream.start_hours": 0.01, "stream.duration_hours": 0.02}
+
+# 3 strategies x 2 seeds on tiny, sync (oort) and async (felix, fedbuff), one with a client stream
+CELLS = [("felix", 0, {}), ("felix", 1, {"availability": "avail50"}), ("oort", 0, {}),
+         ("oort", 1, {"availability": "avail50"}), ("fedbuff", 0, STREAM), ("fedbuff", 1, {})]
+
+
+def _scenarios(**extra):
+    base = get_preset("tiny")
+    return [base.with_overrides({"strategy": s, "seed": sd, **o, **extra}) for s, sd, o in CELLS]
+
+
+def _comparable(run_dir):
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return {k: v for k, v in summary.items() if k not in TIMING}
+
+
+@pytest.fixture(scope="module")
+def solo(tmp_path_factory):
+    root = tmp_path_factory.mktemp("solo")
+    for i, sc in enumerate(_scenarios()):
+        run(sc, root / f"e{i}", plot=False)
+    return root
+
+
+def test_a_batch_of_six_equals_the_six_solo_runs_byte_for_byte(solo, tmp_path):
+    scs = _scenarios()
+    assert len(plan_batches([SweepJob(sc) for sc in scs], 6)) == 1  # the stream shares the batch
+    results = run_sweep([SweepJob(sc, tmp_path / f"e{i}") for i, sc in enumerate(scs)], batch=6, plot=False)
+    for i in range(len(scs)):
+        assert (tmp_path / f"e{i}" / "metrics.csv").read_bytes() == (solo / f"e{i}" / "metrics.csv").read_bytes(), i
+        assert _comparable(tmp_path / f"e{i}") == _comparable(solo / f"e{i}"), i
+        assert json.loads((solo / f"e{i}" / "config.json").read_text())["scenario"] == \
+            json.loads((tmp_path / f"e{i}" / "config.json").read_text())["scenario"]
+    batch = results[0].summary["batch"]
+    assert batch["experiments"] == 6
+    # the shared calls held more tasks than any experiment's own calls alone
+    solo_sizes = [json.loads((solo / f"e{i}" / "summary.json").read_text())["cohort"]["train"]["mean_tasks_per_call"]
+                  for i in range(6)]
+    assert batch["train"]["mean_tasks_per_call"] > max(solo_sizes)
+    assert batch["train"]["mean_experiments_per_call"] > 1.5
+    assert results[4].summary["batch"]["test_calls"] >= 1 and results[4].summary["adaptation_lags"] is not None
+
+
+def test_a_batch_stopped_by_a_signal_and_resumed_equals_an_uninterrupted_one(solo, tmp_path):
+    scs = _scenarios()
+    jobs = [SweepJob(sc, tmp_path / f"e{i}") for i, sc in enumerate(scs)]
+    timer = threading.Timer(6.0, os.kill, args=(os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        first = run_sweep(jobs, batch=6, plot=False, stop_on_signals=True, snapshot_every=5)
+    finally:
+        timer.cancel()
+    stopped = [r for r in first if r is not None and r.summary["stop_reason"] == "interrupted"]
+    assert stopped, "the signal came after every experiment had finished: raise the run length"
+    resumed = [SweepJob(sc, tmp_path / f"e{i}", resume=(tmp_path / f"e{i}" / "snapshot" / "LATEST").is_file()
+                        and json.loads((tmp_path / f"e{i}" / "summary.json").read_text())["stop_reason"]
+                        == "interrupted")
+               for i, sc in enumerate(scs)]
+    run_sweep([j for j in resumed if j.resume], batch=6, plot=False)
+    for i in range(len(scs)):
+        assert (tmp_path / f"e{i}" / "metrics.csv").read_bytes() == (solo / f"e{i}" / "metrics.csv").read_bytes(), i
+        assert _comparable(tmp_path / f"e{i}") == _comparable(solo / f"e{i}"), i
+
+
+def test_scenarios_that_cannot_share_form_separate_batches():
+    base = get_preset("tiny")
+    jobs = [SweepJob(base.with_overrides(o)) for o in
+            ({}, {"seed": 1}, {"model": "cifar_cnn_tiny"}, {"strategy": "oort"}, {"num_test": 100},
+             {"stream.rate_per_hour": 60.0, "stream.window_samples": 50}, {"learning_rate": 0.2})]
+    batches = plan_batches(jobs, batch=16)
+    # the model, the test subset and a stream with a count window each need their own batch; seed,
+    # strategy and local-training settings share (other settings: separate calls of one flush)
+    assert sorted(map(sorted, batches)) == [[0, 1, 3, 6], [2], [4], [5]]
+    assert plan_batches(jobs[:2] + jobs[3:4], batch=2) == [[0, 1], [2]]
+    assert share_key(jobs[0].scenario) == share_key(jobs[1].scenario)
+    with pytest.raises(ValueError, match="batch must be >= 1"):
+        plan_batches(jobs, 0)
+
+
+def test_engines_that_cannot_share_device_calls_are_refused():
+    base = get_preset("tiny")
+    a = build_simulator(base).engine
+    b = build_simulator(base.with_overrides({"model": "cifar_cnn_tiny"})).engine
+    with pytest.raises(GroupError, match="same model"):
+        SharedCohort([a, b])
+    c = build_simulator(base.with_overrides({"num_train": 500})).engine
+    with pytest.raises(GroupError, match="same training data"):
+        SharedCohort([a, c])
+    group = SharedCohort([a, build_simulator(base.with_overrides({"seed": 3})).engine])
+    assert group.offsets.tolist() == [0, 12] and group.data.num_clients == 24
+    assert np.array_equal(np.asarray(group.data.counts[:12]), a.counts)
+
+
+def test_an_experiment_that_fails_does_not_hang_its_batch(tmp_path):
+    base = get_preset("tiny")
+    jobs = [SweepJob(base, tmp_path / "ok"), SweepJob(base.with_overrides({"num_train": 10 ** 7}), tmp_path / "bad")]
+    with pytest.raises(Exception, match="num_train"):
+        run_sweep(jobs, batch=2, plot=False)
+    assert json.loads((tmp_path / "ok" / "summary.json").read_text())["stop_reason"] == "target"
