@@ -31,6 +31,7 @@ import numpy as np
 from felix_jax.compile_cache import enable_compilation_cache
 from felix_jax.experiment import get_preset
 from felix_jax.experiment.compare import run_matrix
+from felix_jax.experiment.sweep import default_batch
 
 MAIN_STRATEGIES = ["felix", "oort-oracle", "oort-async-oracle", "oort-async", "refl"]
 ABLATIONS = ["felix-no-eval", "felix-no-tierfuse", "felix-normalized", "oort-async-step-matched",
@@ -170,6 +171,9 @@ def main(argv=None) -> dict:
                          "ref:mobiperf_3st_50 (a variant: scenario overrides for that cell only)")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--workers", type=int, default=1, help="cells run at a time (processes)")
+    ap.add_argument("--batch", type=int, default=None,
+                    help="cells per sweep batch in one process, their device calls shared (default by "
+                         "backend: 1 on CPU, 16 on an accelerator; scenarios that cannot share go apart)")
     ap.add_argument("--budget-s", type=float, default=float("inf"), help="stop starting cells after this long")
     ap.add_argument("--cell-budget-s", type=float, default=None,
                     help="stop each cell after this much wall time (stop reason wall_budget; the table says so)")
@@ -200,8 +204,10 @@ def main(argv=None) -> dict:
         (out / "table.md").write_text(table + "\n\n" + diagnostics + "\n")
         return {"rows": rows, "table": table, "diagnostics": diagnostics}
     t0 = time.perf_counter()
+    batch = default_batch() if args.batch is None else args.batch
     rows = run_matrix(base, [], [], [], out, progress=False, workers=args.workers, cells=cells,
-                      deadline=time.time() + args.budget_s, plot=False, cell_budget_s=args.cell_budget_s)
+                      deadline=time.time() + args.budget_s, plot=False, cell_budget_s=args.cell_budget_s,
+                      batch=1 if args.workers > 1 and args.batch is None else batch)
     finished = {(r["strategy"], r["availability"], r["seed"]) for r in rows}
     skipped = [f"{st}/{rg}/seed{sd}" for st, rg, sd in cells if (st, rg, sd) not in finished]
     table = fidelity_table(rows, every, all_regimes)

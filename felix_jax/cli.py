@@ -263,7 +263,13 @@ def _compare_locked(args, base, strategies, regimes, seeds, out: Path) -> int:
 
     enable_compilation_cache()
     try:
-        rows = run_matrix(base, strategies, regimes, seeds, out, progress=not args.quiet, resume=not args.overwrite)
+        from .experiment.sweep import default_batch
+
+        batch = default_batch() if args.batch is None else args.batch
+        if batch < 1:
+            raise OptionError(f"--batch must be >= 1 experiments, got {batch}")
+        rows = run_matrix(base, strategies, regimes, seeds, out, progress=not args.quiet, resume=not args.overwrite,
+                          batch=batch)
     except (*USER_ERRORS, CellChanged) as e:
         raise SystemExit(f"felix-jax compare: {_one_line(e)}")
     except KeyboardInterrupt:  # finished cells are on disk; the same command resumes from them
@@ -349,7 +355,8 @@ RUN_EXAMPLES = """examples:
 COMPARE_EXAMPLES = """examples:
   felix-jax compare                                          # FeLiX vs OORT+Async vs FedBuff, 100% and 50%
   felix-jax compare --scenario tiny --strategies felix,oort-async-oracle --availability avail50 --seeds 0,1,2
-  felix-jax compare --set trace_start_s=1800 --availability ref:syn_50,ref:mobiperf_3st_50 --out results/c"""
+  felix-jax compare --set trace_start_s=1800 --availability ref:syn_50,ref:mobiperf_3st_50 --out results/c
+  felix-jax compare --seeds 0,1,2 --batch 6                  # 6 experiments at a time, device calls shared"""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -386,6 +393,11 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--out", help="output folder (default results/compare-<scenario>)")
     cmp_.add_argument("--overwrite", action="store_true",
                       help="rerun every cell (default: keep the cells that finished earlier with the same scenario)")
+    cmp_.add_argument("--batch", type=int, default=None, metavar="N",
+                      help="run up to N experiments at once in this process, their device calls shared (same "
+                           "results as one by one). Experiments share a batch when their dataset, num_train, "
+                           "num_test, model, plan and devices agree (and client streams keep every sample); "
+                           "default by backend: 1 on CPU, 16 on an accelerator")
     cmp_.add_argument("--quiet", action="store_true", help="no progress bars")
     cmp_.set_defaults(func=_compare)
     demo = sub.add_parser("demo", help="FedAvg rounds of one vectorized cohort each: throughput and accuracy",

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..data.federated import FederatedData
 from ..data.streams import DeviceStreams
-from .buckets import next_pow2, plan_buckets
+from .buckets import plan_buckets
 from .engine import (CallRecord, CohortEngine, CohortEvalOutput, CohortTrainOutput, _pad_task_args, _run_cohort)
 from .local import eval_final, eval_init, eval_step, train_final, train_init, train_step
 from .stats import LossStats
@@ -120,8 +120,17 @@ class SharedCohort:
         self.train_scan_len = max(e.train_scan_len for e in engines)
         self.eval_scan_len = max(e.eval_scan_len for e in engines)
         self._jits: dict = {}
+        self._store_shapes: dict[int, object] = {}  # experiment -> its version store's shapes, as last seen
+        self._placeholders: dict = {}
         self._seen: set = set()
         self.calls: list[GroupCall] = []
+
+    def _zeros(self, shapes):
+        """A cached all-zeros stand-in with ``shapes`` (a pytree of ShapeDtypeStruct)."""
+        key = str(jax.tree_util.tree_map(lambda s: (s.shape, str(s.dtype)), shapes))
+        if key not in self._placeholders:
+            self._placeholders[key] = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+        return self._placeholders[key]
 
     @staticmethod
     def _stack_streams(engines, width) -> DeviceStreams:
@@ -183,35 +192,39 @@ class SharedCohort:
         key = (kind, cfg)
         if key not in self._jits:
             fns = (train_init, train_step, train_final) if kind == "train" else (eval_init, eval_step, eval_final)
-            self._jits[key] = jax.jit(partial(_run_cohort, *fns, self.model, cfg), static_argnames=("scan_len", "plan"))
+            self._jits[key] = jax.jit(partial(_grouped_cohort, *fns, self.model, cfg),
+                                      static_argnames=("scan_len", "plan"))
         return self._jits[key]
 
     def _run(self, kind: str, cfg, requests: list[Request]):
-        # the versions the tasks start from, experiment by experiment, in one stacked array (its size a
-        # power of two, so few shapes compile)
-        pieces, slots, clients, ids, times, lengths, key_of, owner = [], [], [], [], [], [], [], []
-        base = 0
+        # every experiment's version store goes into the call whole and is concatenated inside it; an
+        # experiment without tasks in this flush is stood in for by zeros of its store's last shape (its
+        # store may have been updated in place since). Shapes stay fixed while stores keep their
+        # capacity, so nothing new compiles from one flush to the next. A task's slot is its store's
+        # offset plus its own slot.
+        current = {self._index[id(r.engine)]: r.stacked for r in requests}
+        for m, stacked in current.items():
+            self._store_shapes[m] = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), stacked)
+        order = sorted(self._store_shapes)
+        stores = tuple(current[m] if m in current else self._zeros(self._store_shapes[m]) for m in order)
+        sizes = [jax.tree_util.tree_leaves(st)[0].shape[0] for st in stores]
+        store_base = dict(zip(order, np.concatenate([[0], np.cumsum(sizes)[:-1]]).tolist()))
+        slots, clients, ids, times, lengths, key_of, owner = [], [], [], [], [], [], []
         for r_i, r in enumerate(requests):
-            uniq, inverse = np.unique(r.slots, return_inverse=True)
-            pieces.append(jax.tree_util.tree_map(lambda s, u=jnp.asarray(uniq): s[u], r.stacked))
-            slots.append(base + inverse.reshape(-1))
-            base += len(uniq)
-            clients.append(r.clients + self.offsets[self._index[id(r.engine)]])
+            m = self._index[id(r.engine)]
+            slots.append(r.slots + store_base[m])
+            clients.append(r.clients + self.offsets[m])
             ids.append(r.task_ids)
             times.append(r.times)
             lengths.append(r.engine.num_train_steps(r.clients, r.times) if kind == "train"
                            else r.engine.num_eval_batches(r.clients, r.times))
-            key_of.append(np.full(len(r.clients), self._index[id(r.engine)], np.int32))
+            key_of.append(np.full(len(r.clients), m, np.int32))
             owner.append(np.full(len(r.clients), r_i, np.int64))
-        size = max(next_pow2(base), 8)
-        if size > base:
-            pieces.append(jax.tree_util.tree_map(lambda s: jnp.zeros((size - base,) + s.shape[1:], s.dtype),
-                                                 requests[0].stacked))
-        stacked = jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *pieces)
         cat = lambda parts, dtype: np.concatenate(parts).astype(dtype)  # noqa: E731
         slots, clients, ids = cat(slots, np.int32), cat(clients, np.int32), cat(ids, np.int32)
         times, lengths = cat(times, np.float32), cat(lengths, np.int64)
         key_of, owner = cat(key_of, np.int32), cat(owner, np.int64)
+        size = tuple(sizes)
         scan_len = self.train_scan_len if kind == "train" else self.eval_scan_len
         buckets = plan_buckets(lengths, self.max_tasks_per_call, self.call_overhead, min_tasks=self.min_tasks_per_call,
                                chunk=self._chunk)
@@ -225,7 +238,7 @@ class SharedCohort:
             self._seen.add(shape)
             t0 = time.perf_counter()
             out = jax.block_until_ready(self._jit(kind, cfg)(
-                stacked, self.data, *(jnp.asarray(a) for a in args), jnp.asarray(which), self.keys,
+                stores, self.data, *(jnp.asarray(a) for a in args), jnp.asarray(which), self.keys,
                 scan_len=scan_len, plan=self.plan))
             seconds = time.perf_counter() - t0
             members = np.unique(owner[idx])
@@ -280,3 +293,9 @@ class SharedCohort:
             correct = np.array([np.asarray(host[part_of[t]][1])[row[t]] for t in mine], np.float32)
             results.append(CohortEvalOutput(stats, correct))
         return results
+
+
+def _grouped_cohort(init, step, final, model, cfg, stores, data, *task_args, scan_len, plan):
+    """:func:`~felix_jax.cohort.engine._run_cohort` over several experiments' version stores."""
+    stacked = stores[0] if len(stores) == 1 else jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *stores)
+    return _run_cohort(init, step, final, model, cfg, stacked, data, *task_args, scan_len=scan_len, plan=plan)

@@ -110,7 +110,8 @@ def _row(sc: Scenario, base: Scenario, summary: dict, run_dir: Path, label: str 
 def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds: list[int], out: Path,
                progress: bool = True, log: Callable[[str], None] = print, resume: bool = True,
                workers: int = 1, cells: list[tuple[str, str, int]] | None = None,
-               deadline: float = math.inf, plot: bool = True, cell_budget_s: float | None = None) -> list[dict]:
+               deadline: float = math.inf, plot: bool = True, cell_budget_s: float | None = None,
+               batch: int = 1) -> list[dict]:
     """Runs every (strategy, regime, seed) cell (or the given ``cells``) and writes ``summary.csv``.
 
     ``resume``: a cell whose folder already holds this scenario's ``config.json`` and a
@@ -120,7 +121,9 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
     after ``deadline`` (``time.time()``) are left out of the result; ``plot=False``
     skips each run's own accuracy figure. ``cell_budget_s``: each cell stops after that much wall
     time (stop reason ``wall_budget``: its results hold up to where it got, and it counts as
-    finished on resume).
+    finished on resume). ``batch > 1`` runs the cells in sweep batches of that many experiments
+    in this process, their device calls shared (``experiment/sweep.py``; same results; with
+    ``workers``, not both).
     """
     todo = cells if cells is not None else [(st, rg, sd) for rg in regimes for st in strategies for sd in seeds]
     scenarios = []
@@ -145,7 +148,24 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
             log(f"[{i + 1}/{len(todo)}] {labels[i]} on {sc.availability}, seed {sc.seed}: finished earlier, kept")
         else:
             pending.append(i)
-    if workers <= 1:
+    if batch > 1 and workers > 1:
+        raise ValueError("batch and workers: choose one (a batch shares one process's device calls)")
+    if batch > 1 and pending:
+        from .sweep import SweepJob, run_sweep
+
+        jobs = []
+        for i in pending:
+            run_dir = cell_dir(out, labels[i], scenarios[i].availability, scenarios[i].seed)
+            jobs.append(SweepJob(scenarios[i], run_dir, resume=_interrupted_with_snapshot(run_dir)))
+        results = run_sweep(jobs, batch, plot=plot, wall_budget_s=cell_budget_s, stop_on_signals=True,
+                            deadline=deadline, log=log)
+        for i, job, result in zip(pending, jobs, results):
+            if result is not None:
+                rows[i] = _row(scenarios[i], base, result.summary, job.out_dir, labels[i])
+        if any(r is not None and r.summary["stop_reason"] == "interrupted" for r in results):
+            write_summary_csv([r for r in rows if r is not None], out)
+            raise KeyboardInterrupt  # as the cell-by-cell path: stopped cells resume from their snapshots
+    elif workers <= 1:
         cells_bar = None
         if progress and pending and sys.stderr.isatty():  # the outer bar over cells (a terminal only:
             from tqdm import tqdm  # elsewhere the per-cell log lines say as much)

@@ -33,7 +33,7 @@ import numpy as np
 
 from ..cohort.buckets import next_pow2
 from ..cohort.evaluate import evaluate_many, evaluate_weighted_many
-from ..cohort.group import SharedCohort
+from ..cohort.group import SharedCohort, _fingerprint
 from .results import _compiles
 from .scenario import Scenario
 
@@ -85,6 +85,7 @@ class BatchCoordinator:
         self.test_calls = 0
         self._blocked: dict[int, float] = {}
         self._stop_reason: str | None = None
+        self._test_keys: dict[int, tuple] = {}  # id(test set) -> (the set, kept alive; its fingerprint)
 
     # ---- members ----------------------------------------------------------------------
     def member(self) -> "BatchMember":
@@ -164,9 +165,10 @@ class BatchCoordinator:
         by_set: dict = {}
         for t in tickets:
             model, test, params, mixes = t.payload
-            by_set.setdefault((id(test), mixes is None), []).append(t)
+            by_set.setdefault((self._test_key(test), mixes is None), []).append(t)
         for (_, plain), group in by_set.items():
-            model, test = group[0].payload[0], group[0].payload[1]
+            # the group's one model object: a jit's static argument, so one compiled program per size
+            model, test = self._group.model, group[0].payload[1]
             versions = [p for t in group for p in t.payload[2]]
             pad = next_pow2(len(versions))
             if plain:
@@ -179,6 +181,12 @@ class BatchCoordinator:
             for t in group:
                 n = len(t.payload[2])
                 t.result, at = metrics[at: at + n], at + n
+
+    def _test_key(self, test) -> tuple:
+        """Equal for equal test sets (each experiment builds its own copy of the arrays)."""
+        if id(test) not in self._test_keys:
+            self._test_keys[id(test)] = (test, tuple(_fingerprint(a) for a in jax.tree_util.tree_leaves(test)))
+        return self._test_keys[id(test)][1]
 
     def summary(self) -> dict:
         """The batch's shared calls (each experiment's summary.json carries it as ``batch``)."""
@@ -230,7 +238,7 @@ def plan_batches(jobs: list[SweepJob], batch: int) -> list[list[int]]:
 
 def run_sweep(jobs: list[SweepJob], batch: int | None = None, *, plot: bool = True,
               snapshot_every: int | None = None, snapshot_minutes: float | None = None,
-              stop_on_signals: bool = False, wall_budget_s: float | None = None,
+              stop_on_signals: bool = False, wall_budget_s: float | None = None, deadline: float = math.inf,
               log: Callable[[str], None] | None = None) -> list:
     """Runs ``jobs`` in batches (see the module docstring); one RunResult per job, in order.
 
@@ -239,6 +247,8 @@ def run_sweep(jobs: list[SweepJob], batch: int | None = None, *, plot: bool = Tr
     each writing its stop snapshot (``resume=True`` jobs continue from there); the jobs of later
     batches are not started (their entries are None). An experiment that fails does not stop
     the others of its batch; the first error is raised once the batch has finished.
+    ``wall_budget_s``: each experiment's (``runner.run``); batches that would start after
+    ``deadline`` (``time.time()``) are not started.
     """
     from .runner import run
 
@@ -265,7 +275,7 @@ def run_sweep(jobs: list[SweepJob], batch: int | None = None, *, plot: bool = Tr
     try:
         batches = plan_batches(jobs, batch)
         for b_i, members in enumerate(batches):
-            if stop["reason"] is not None:
+            if stop["reason"] is not None or time.time() > deadline:
                 break
             coordinator = BatchCoordinator(len(members))
             current[:] = [coordinator]

@@ -9,6 +9,7 @@ adaptivity ``tau = 1e-3`` as epsilon.
 
 from __future__ import annotations
 
+import functools
 from functools import partial
 
 import jax
@@ -19,7 +20,10 @@ from ..policies.aggregators.base import weighted_mean_delta  # noqa: F401 (re-ex
 SERVER_OPTIMIZERS = ("sgd", "adam", "yogi")
 
 
+@functools.lru_cache(maxsize=None)
 def make_server_optimizer(name: str, learning_rate: float) -> optax.GradientTransformation:
+    """One (stateless) transformation per setting: ``server_step`` takes it as a static argument,
+    so experiments of a process with equal settings share one compiled step."""
     if name == "sgd":
         return optax.sgd(learning_rate)
     if name == "adam":
