@@ -85,6 +85,8 @@ class BatchCoordinator:
         self.test_calls = 0
         self._blocked: dict[int, float] = {}
         self._stop_reason: str | None = None
+        self.test_seconds = 0.0
+        self._first_flush: float | None = None  # the batch's event loops start (builds before)
         self._test_keys: dict[int, tuple] = {}  # id(test set) -> (the set, kept alive; its fingerprint)
 
     # ---- members ----------------------------------------------------------------------
@@ -139,6 +141,8 @@ class BatchCoordinator:
         if not self._waiting or len(self._waiting) < self._live:
             return
         waiting, self._waiting = self._waiting, []
+        if self._first_flush is None:
+            self._first_flush = time.perf_counter()
         try:
             if self._group is None:
                 self._group = SharedCohort(self._engines)
@@ -150,7 +154,9 @@ class BatchCoordinator:
                         t.result = out
             tests = [t for t in waiting if t.kind == "test"]
             if tests:
+                t0 = time.perf_counter()
                 self._run_tests(tests)
+                self.test_seconds += time.perf_counter() - t0
             self.flushes += 1
         except Exception as exc:  # every waiting experiment fails with it (one line in each run's error)
             for t in waiting:
@@ -190,7 +196,10 @@ class BatchCoordinator:
 
     def summary(self) -> dict:
         """The batch's shared calls (each experiment's summary.json carries it as ``batch``)."""
-        out: dict = {"experiments": len(self._engines), "flushes": self.flushes, "test_calls": self.test_calls}
+        out: dict = {"experiments": len(self._engines), "flushes": self.flushes, "test_calls": self.test_calls,
+                     "test_seconds": self.test_seconds}
+        if self._first_flush is not None:  # from the batch's first shared flush to now (this run's end)
+            out["loop_seconds"] = time.perf_counter() - self._first_flush
         if self._group is not None:
             for kind in ("train", "eval"):
                 calls = [c for c in self._group.calls if c.kind == kind]
