@@ -174,6 +174,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--batch", type=int, default=None,
                     help="cells per sweep batch in one process, their device calls shared (default by "
                          "backend: 1 on CPU, 16 on an accelerator; scenarios that cannot share go apart)")
+    ap.add_argument("--executor", choices=("local", "ray"), default="local",
+                    help="where batches run: this process, or Ray tasks (one batch each; the ray extra)")
+    ap.add_argument("--ray-address", default=None, help="the Ray cluster (default: RAY_ADDRESS or a local one)")
     ap.add_argument("--budget-s", type=float, default=float("inf"), help="stop starting cells after this long")
     ap.add_argument("--cell-budget-s", type=float, default=None,
                     help="stop each cell after this much wall time (stop reason wall_budget; the table says so)")
@@ -207,7 +210,8 @@ def main(argv=None) -> dict:
     batch = default_batch() if args.batch is None else args.batch
     rows = run_matrix(base, [], [], [], out, progress=False, workers=args.workers, cells=cells,
                       deadline=time.time() + args.budget_s, plot=False, cell_budget_s=args.cell_budget_s,
-                      batch=1 if args.workers > 1 and args.batch is None else batch)
+                      batch=1 if args.workers > 1 and args.batch is None else batch, executor=args.executor,
+                      ray_address=args.ray_address)
     finished = {(r["strategy"], r["availability"], r["seed"]) for r in rows}
     skipped = [f"{st}/{rg}/seed{sd}" for st, rg, sd in cells if (st, rg, sd) not in finished]
     table = fidelity_table(rows, every, all_regimes)

@@ -269,8 +269,8 @@ def _compare_locked(args, base, strategies, regimes, seeds, out: Path) -> int:
         if batch < 1:
             raise OptionError(f"--batch must be >= 1 experiments, got {batch}")
         rows = run_matrix(base, strategies, regimes, seeds, out, progress=not args.quiet, resume=not args.overwrite,
-                          batch=batch)
-    except (*USER_ERRORS, CellChanged) as e:
+                          batch=batch, executor=args.executor, ray_address=args.ray_address)
+    except (*USER_ERRORS, CellChanged, ImportError) as e:  # ImportError: --executor ray without Ray
         raise SystemExit(f"felix-jax compare: {_one_line(e)}")
     except KeyboardInterrupt:  # finished cells are on disk; the same command resumes from them
         print(f"felix-jax compare: interrupted; finished cells are kept in {out}/runs, and the same command "
@@ -356,7 +356,8 @@ COMPARE_EXAMPLES = """examples:
   felix-jax compare                                          # FeLiX vs OORT+Async vs FedBuff, 100% and 50%
   felix-jax compare --scenario tiny --strategies felix,oort-async-oracle --availability avail50 --seeds 0,1,2
   felix-jax compare --set trace_start_s=1800 --availability ref:syn_50,ref:mobiperf_3st_50 --out results/c
-  felix-jax compare --seeds 0,1,2 --batch 6                  # 6 experiments at a time, device calls shared"""
+  felix-jax compare --seeds 0,1,2 --batch 6                  # 6 experiments at a time, device calls shared
+  felix-jax compare --seeds 0,1,2 --batch 3 --executor ray --ray-address auto   # batches as Ray tasks"""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -398,6 +399,11 @@ def build_parser() -> argparse.ArgumentParser:
                            "results as one by one). Experiments share a batch when their dataset, num_train, "
                            "num_test, model, plan and devices agree (and client streams keep every sample); "
                            "default by backend: 1 on CPU, 16 on an accelerator")
+    cmp_.add_argument("--executor", choices=("local", "ray"), default="local",
+                      help="where batches run: this process, or Ray tasks (one batch each, one per GPU; needs "
+                           "the ray extra)")
+    cmp_.add_argument("--ray-address", default=None, metavar="ADDR",
+                      help="the Ray cluster to use (default: RAY_ADDRESS, else a local instance)")
     cmp_.add_argument("--quiet", action="store_true", help="no progress bars")
     cmp_.set_defaults(func=_compare)
     demo = sub.add_parser("demo", help="FedAvg rounds of one vectorized cohort each: throughput and accuracy",

@@ -111,7 +111,7 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
                progress: bool = True, log: Callable[[str], None] = print, resume: bool = True,
                workers: int = 1, cells: list[tuple[str, str, int]] | None = None,
                deadline: float = math.inf, plot: bool = True, cell_budget_s: float | None = None,
-               batch: int = 1) -> list[dict]:
+               batch: int = 1, executor: str = "local", ray_address: str | None = None) -> list[dict]:
     """Runs every (strategy, regime, seed) cell (or the given ``cells``) and writes ``summary.csv``.
 
     ``resume``: a cell whose folder already holds this scenario's ``config.json`` and a
@@ -123,7 +123,8 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
     time (stop reason ``wall_budget``: its results hold up to where it got, and it counts as
     finished on resume). ``batch > 1`` runs the cells in sweep batches of that many experiments
     in this process, their device calls shared (``experiment/sweep.py``; same results; with
-    ``workers``, not both).
+    ``workers``, not both). ``executor="ray"``: the batches run as Ray tasks
+    (``ray_executor.py``; ``ray_address`` of the cluster, None: ``RAY_ADDRESS`` or a local instance).
     """
     todo = cells if cells is not None else [(st, rg, sd) for rg in regimes for st in strategies for sd in seeds]
     scenarios = []
@@ -150,7 +151,21 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
             pending.append(i)
     if batch > 1 and workers > 1:
         raise ValueError("batch and workers: choose one (a batch shares one process's device calls)")
-    if batch > 1 and pending:
+    if executor not in ("local", "ray"):
+        raise ValueError(f"executor must be 'local' or 'ray', got {executor!r}")
+    if executor == "ray" and pending:
+        from .ray_executor import run_on_ray
+        from .sweep import SweepJob
+
+        jobs = []
+        for i in pending:
+            run_dir = cell_dir(out, labels[i], scenarios[i].availability, scenarios[i].seed).resolve()
+            jobs.append(SweepJob(scenarios[i], run_dir, resume=_interrupted_with_snapshot(run_dir)))
+        for i, job, summary in zip(pending, jobs, run_on_ray(jobs, batch, address=ray_address, plot=plot,
+                                                            wall_budget_s=cell_budget_s, log=log)):
+            if summary is not None:
+                rows[i] = _row(scenarios[i], base, summary, job.out_dir, labels[i])
+    elif batch > 1 and pending:
         from .sweep import SweepJob, run_sweep
 
         jobs = []
