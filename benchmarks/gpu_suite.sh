@@ -13,9 +13,14 @@
 #                     the event in progress and writes summary.json): virtual hours reached per
 #                     wall second, and the time to the 70% target if it is reached in time.
 #                     Needs the CIFAR-10 arrays under $FELIX_JAX_DATA (skipped without them).
+#   4. sweep.json   - sweep batches (benchmarks/sweep_batching.py): N = 1, 8, 32, 60 experiments
+#                     of the quickstart shape in one process, SWEEP_AGGS aggregations each:
+#                     training tasks per device call, calls per experiment-aggregation, host ms
+#                     per event, compilations, wall time.
 #
 # Settings (environment): OUT, PYTHON (default python), SIZES (default 32,64,128,256,512),
-# REPS (default 3), RUN_BUDGET_S (default 300), SKIP_RUN=1 to leave out step 3.
+# REPS (default 3), RUN_BUDGET_S (default 300), SKIP_RUN=1 to leave out step 3, SWEEP_NS (default
+# 1,8,32,60), SWEEP_AGGS (default 30), SKIP_SWEEP=1 to leave out step 4.
 #
 #     OUT=/tmp/gpu FELIX_JAX_DATA=/path/to/data bash benchmarks/gpu_suite.sh
 set -euo pipefail
@@ -26,6 +31,8 @@ OUT=${OUT:-results/gpu}
 SIZES=${SIZES:-32,64,128,256,512}
 REPS=${REPS:-3}
 RUN_BUDGET_S=${RUN_BUDGET_S:-300}
+SWEEP_NS=${SWEEP_NS:-1,8,32,60}
+SWEEP_AGGS=${SWEEP_AGGS:-30}
 mkdir -p "$OUT"
 
 if ! (cd / && "$PYTHON" -c "import felix_jax") 2>/dev/null; then
@@ -89,6 +96,13 @@ res = {"wall_s": wall, "host_seconds": s["host_seconds"], "virtual_hours": virtu
 EOF
 fi
 
+if [ "${SKIP_SWEEP:-0}" != 1 ]; then
+  echo "== 4. sweep batches: N = $SWEEP_NS experiments of the quickstart shape (paper CNN) in one process"
+  # separate processes are left out (SWEEP_SEPARATE=0): on one GPU they would queue on the device
+  "$PYTHON" benchmarks/sweep_batching.py --preset quickstart --ns "$SWEEP_NS" --set "max_aggregations=$SWEEP_AGGS" \
+    --separate-workers "${SWEEP_SEPARATE:-0}" --json "$OUT/sweep.json" | tee "$OUT/sweep.txt"
+fi
+
 echo
 echo "== summary ($OUT)"
 "$PYTHON" - "$OUT" <<'EOF'
@@ -115,4 +129,9 @@ if (out / "run.json").exists():
     print(f"cifar10-paper FeLiX/mobiperf: {r['virtual_hours']:.2f} virtual h in {r['wall_s']:.0f} s wall "
           f"({r['virtual_hours_per_wall_s']:.4f} virtual h per wall s), {r['aggregations']} aggregations, "
           f"best accuracy {r['best_accuracy']}, target 70%: {ttt} ({r['stop_reason']})")
+if (out / "sweep.json").exists():
+    for r in json.loads((out / "sweep.json").read_text())["rows"]:
+        print(f"sweep N={r['n']:>2}: {r['train_tasks_per_call']:.1f} training tasks per call, "
+              f"{r['calls_per_experiment_aggregation']:.2f} calls per experiment-aggregation, "
+              f"{r['host_ms_per_event']:.2f} host ms/event, {r['compilations']} compilations, {r['wall_s']:.0f} s")
 EOF

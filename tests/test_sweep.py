@@ -118,3 +118,31 @@ def test_an_experiment_that_fails_does_not_hang_its_batch(tmp_path):
     with pytest.raises(Exception, match="num_train"):
         run_sweep(jobs, batch=2, plot=False)
     assert json.loads((tmp_path / "ok" / "summary.json").read_text())["stop_reason"] == "target"
+
+
+@pytest.mark.parametrize("plan", ["map", "vmap"])
+def test_shared_calls_give_each_task_its_solo_result(plan):
+    """lax.map (the CPU plan): bit for bit. vmap: within float32 rounding (measured here: the
+    tolerance stated in docs/architecture.md)."""
+    import jax
+
+    from felix_jax.cohort.group import Request
+
+    base = get_preset("tiny").with_overrides({"plan": plan, "local_mode": "steps"})
+    sims = [build_simulator(base.with_overrides({"seed": s})) for s in (0, 1)]
+    tasks = [(np.zeros(5, np.int32), np.array([0, 3, 7, 11, 5], np.int32), np.arange(5, dtype=np.int32) + 40),
+             (np.zeros(3, np.int32), np.array([1, 2, 9], np.int32), np.arange(3, dtype=np.int32) + 7)]
+    solo = [sim.engine.train(sim.executor.store.stacked, *t) for sim, t in zip(sims, tasks)]
+    group = SharedCohort([sim.engine for sim in sims])
+    shared = group.train([Request(sim.engine, sim.executor.store.stacked, *t, np.zeros(len(t[0]), np.float32))
+                          for sim, t in zip(sims, tasks)])
+    assert group.calls[-1].experiments == 2 and group.calls[-1].num_tasks == 8
+    for a, b in zip(solo, shared):
+        da, db = (jax.tree_util.tree_leaves(jax.device_get(o.delta)) for o in (a, b))
+        if plan == "map":
+            assert all(np.array_equal(x, y) for x, y in zip(da, db))
+            assert np.array_equal(a.all_steps.sum, b.all_steps.sum)
+        else:
+            scale = max(float(np.abs(x).max()) for x in da)
+            assert max(float(np.abs(x - y).max()) for x, y in zip(da, db)) <= 1e-5 * scale
+            np.testing.assert_allclose(a.all_steps.sum, b.all_steps.sum, rtol=1e-5)
