@@ -340,7 +340,7 @@ def comparison_table(rows: list[dict], strategies: list[str], regimes: list[str]
             p = pooled.get((st, rg))
             if p is None:
                 continue
-            hours = ("-" if p["hours_mean"] is None
+            hours = ("-" if p["hours_mean"] is None else _sig(p["hours_mean"]) if p["reached"] == 1  # no spread
                      else f"{_sig(p['hours_mean'])} +- {_sig(p['hours_std'])}")
             whole = p["reached"] == p["seeds"] and ref is not None and ref["reached"] == ref["seeds"] and ref["hours_mean"]
             ratio = f"x{_sig(p['hours_mean'] / ref['hours_mean'])}" if whole else "-"

@@ -119,6 +119,18 @@ class BatchCoordinator:
             for sim in self._sims:
                 sim.request_stop(reason)
 
+    def progress_line(self) -> str:
+        """Where the batch's experiments are: finished, aggregations, virtual hours reached."""
+        with self._cv:
+            sims = list(self._sims)
+            live = self._live
+        if not sims:
+            return f"  batch: {live} experiments building"
+        hours = [sim.now / 3600 for sim in sims]
+        aggs = sum(max(len(sim.aggregation_times) - 1, 0) for sim in sims)
+        return (f"  batch: {len(sims) - live} of {len(sims)} finished | {aggs} aggregations in all | "
+                f"virtual hours {min(hours):.2f}-{max(hours):.2f} | {self.flushes} shared flushes")
+
     def blocked_seconds(self, member: "BatchMember") -> float:
         return self._blocked.get(member.index, 0.0)
 
@@ -248,7 +260,7 @@ def plan_batches(jobs: list[SweepJob], batch: int) -> list[list[int]]:
 def run_sweep(jobs: list[SweepJob], batch: int | None = None, *, plot: bool = True,
               snapshot_every: int | None = None, snapshot_minutes: float | None = None,
               stop_on_signals: bool = False, wall_budget_s: float | None = None, deadline: float = math.inf,
-              log: Callable[[str], None] | None = None) -> list:
+              log: Callable[[str], None] | None = None, progress_every_s: float = 60.0) -> list:
     """Runs ``jobs`` in batches (see the module docstring); one RunResult per job, in order.
 
     ``batch``: experiments per batch (default :func:`default_batch`). ``stop_on_signals``: from
@@ -257,7 +269,8 @@ def run_sweep(jobs: list[SweepJob], batch: int | None = None, *, plot: bool = Tr
     batches are not started (their entries are None). An experiment that fails does not stop
     the others of its batch; the first error is raised once the batch has finished.
     ``wall_budget_s``: each experiment's (``runner.run``); batches that would start after
-    ``deadline`` (``time.time()``) are not started.
+    ``deadline`` (``time.time()``) are not started. Every ``progress_every_s`` seconds of a batch
+    one line says how far its experiments got (``log``, default stderr).
     """
     from .runner import run
 
@@ -306,9 +319,13 @@ def run_sweep(jobs: list[SweepJob], batch: int | None = None, *, plot: bool = Tr
             log(f"batch {b_i + 1}/{len(batches)}: {len(members)} experiments")
             for t in threads:
                 t.start()
+            last_line = time.perf_counter()
             for t in threads:
                 while t.is_alive():
                     t.join(0.2)  # the main thread stays free for signals
+                    if time.perf_counter() - last_line >= progress_every_s:
+                        last_line = time.perf_counter()
+                        log(coordinator.progress_line())
             for i in members:
                 r = results[i]
                 if r is not None:
