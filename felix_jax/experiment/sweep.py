@@ -337,6 +337,8 @@ def run_sweep(jobs: list[SweepJob], batch: int | None = None, *, plot: bool = Tr
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    log(f"sweep: {sum(r is not None for r in results)}/{len(jobs)} experiments in "
+    stopped = sum(r is not None and r.summary["stop_reason"] == "interrupted" for r in results)
+    log(f"sweep: {sum(r is not None for r in results)}/{len(jobs)} experiments"
+        + (f" ({stopped} stopped by a signal, resumable)" if stopped else "") + " in "
         f"{time.perf_counter() - t_start:.1f} s, {_compiles['total'] - compiles_at_start} XLA compilations")
     return results
