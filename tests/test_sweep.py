@@ -63,12 +63,13 @@ def test_a_batch_of_six_equals_the_six_solo_runs_byte_for_byte(solo, tmp_path):
 
 
 def test_a_batch_stopped_by_a_signal_and_resumed_equals_an_uninterrupted_one(solo, tmp_path):
-    scs = _scenarios()
-    jobs = [SweepJob(sc, tmp_path / f"e{i}") for i, sc in enumerate(scs)]
-    timer = threading.Timer(6.0, os.kill, args=(os.getpid(), signal.SIGINT))
+    keep = (0, 2, 4)  # async FeLiX, sync Oort, FedBuff on a stream
+    scs = {i: sc for i, sc in enumerate(_scenarios()) if i in keep}
+    jobs = [SweepJob(sc, tmp_path / f"e{i}") for i, sc in scs.items()]
+    timer = threading.Timer(5.0, os.kill, args=(os.getpid(), signal.SIGINT))
     timer.start()
     try:
-        first = run_sweep(jobs, batch=6, plot=False, stop_on_signals=True, snapshot_every=5)
+        first = run_sweep(jobs, batch=3, plot=False, stop_on_signals=True, snapshot_every=5)
     finally:
         timer.cancel()
     stopped = [r for r in first if r is not None and r.summary["stop_reason"] == "interrupted"]
@@ -76,9 +77,9 @@ def test_a_batch_stopped_by_a_signal_and_resumed_equals_an_uninterrupted_one(sol
     resumed = [SweepJob(sc, tmp_path / f"e{i}", resume=(tmp_path / f"e{i}" / "snapshot" / "LATEST").is_file()
                         and json.loads((tmp_path / f"e{i}" / "summary.json").read_text())["stop_reason"]
                         == "interrupted")
-               for i, sc in enumerate(scs)]
-    run_sweep([j for j in resumed if j.resume], batch=6, plot=False)
-    for i in range(len(scs)):
+               for i, sc in scs.items()]
+    run_sweep([j for j in resumed if j.resume], batch=3, plot=False)
+    for i in scs:
         assert (tmp_path / f"e{i}" / "metrics.csv").read_bytes() == (solo / f"e{i}" / "metrics.csv").read_bytes(), i
         assert _comparable(tmp_path / f"e{i}") == _comparable(solo / f"e{i}"), i
 
