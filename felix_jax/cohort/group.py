@@ -167,16 +167,16 @@ class SharedCohort:
     # ---- the shared calls -----------------------------------------------------------
     def train(self, requests: list[Request]) -> list[CohortTrainOutput]:
         """Every request's training tasks, computed together; one output per request, in order."""
-        outputs: list = [None] * len(requests)
-        for cfg, members in self._by_config(requests, "train").items():
-            for i, out in zip(members, self._run("train", cfg, [requests[i] for i in members])):
-                outputs[i] = out
-        return outputs
+        return self._shared("train", requests)
 
     def evaluate(self, requests: list[Request]) -> list[CohortEvalOutput]:
+        """Every request's eval tasks, computed together; one output per request, in order."""
+        return self._shared("eval", requests)
+
+    def _shared(self, kind: str, requests: list[Request]) -> list:
         outputs: list = [None] * len(requests)
-        for cfg, members in self._by_config(requests, "eval").items():
-            for i, out in zip(members, self._run("eval", cfg, [requests[i] for i in members])):
+        for cfg, members in self._by_config(requests, kind).items():
+            for i, out in zip(members, self._run(kind, cfg, [requests[i] for i in members])):
                 outputs[i] = out
         return outputs
 
@@ -256,43 +256,45 @@ class SharedCohort:
             self._split_eval(requests, buckets, outs, owner)
 
     @staticmethod
-    def _positions(buckets, owner):
-        """Per task of the flush: its bucket and row."""
-        part_of = np.zeros(len(owner), np.int64)
-        row = np.zeros(len(owner), np.int64)
+    def _positions(buckets, n):
+        """Per task of the flush (``n`` of them): its bucket and its row there."""
+        part_of = np.zeros(n, np.int64)
+        row = np.zeros(n, np.int64)
         for p, b in enumerate(buckets):
             part_of[b.indices] = p
             row[b.indices] = np.arange(len(b.indices))
         return part_of, row
 
+    @staticmethod
+    def _in_flush_order(buckets, n, per_bucket):
+        """Host arrays of the real tasks, in flush order: ``per_bucket[p]`` holds bucket p's rows."""
+        flat = np.zeros(n, np.asarray(per_bucket[0]).dtype)
+        for b, rows in zip(buckets, per_bucket):
+            flat[b.indices] = np.asarray(rows)[:len(b.indices)]
+        return flat
+
     def _split_train(self, requests, buckets, outs, owner) -> list[CohortTrainOutput]:
-        part_of, row = self._positions(buckets, owner)
+        part_of, row = self._positions(buckets, len(owner))
         host = jax.device_get([(o.first_batch, o.all_steps, o.num_steps) for o in outs])
+        flat = lambda pick: self._in_flush_order(buckets, len(owner), [pick(h) for h in host])  # noqa: E731
+        first = [flat(lambda h, f=f: h[0][f]) for f in range(3)]
+        every = [flat(lambda h, f=f: h[1][f]) for f in range(3)]
+        steps = flat(lambda h: h[2]).astype(np.int32)
         results = []
         for m in range(len(requests)):
             mine = np.flatnonzero(owner == m)  # the request's tasks, in its order
-            used = sorted(set(part_of[mine].tolist()))
-            renumber = {p: i for i, p in enumerate(used)}
-            pick = lambda field, f=None: np.array(  # noqa: E731
-                [np.asarray(host[part_of[t]][field] if f is None else host[part_of[t]][field][f])[row[t]]
-                 for t in mine])
+            used, part = np.unique(part_of[mine], return_inverse=True)  # its buckets, renumbered
             results.append(CohortTrainOutput(
-                tuple(outs[p].delta for p in used), np.array([renumber[p] for p in part_of[mine]], np.int64),
-                row[mine], LossStats(*(pick(0, f) for f in range(3))), LossStats(*(pick(1, f) for f in range(3))),
-                pick(2).astype(np.int32)))
+                tuple(outs[p].delta for p in used), part.reshape(-1).astype(np.int64), row[mine],
+                LossStats(*(a[mine] for a in first)), LossStats(*(a[mine] for a in every)), steps[mine]))
         return results
 
     def _split_eval(self, requests, buckets, outs, owner) -> list[CohortEvalOutput]:
-        part_of, row = self._positions(buckets, owner)
         host = jax.device_get([(o.stats, o.correct) for o in outs])
-        results = []
-        for m in range(len(requests)):
-            mine = np.flatnonzero(owner == m)
-            stats = LossStats(*(np.array([np.asarray(host[part_of[t]][0][f])[row[t]] for t in mine])
-                                for f in range(3)))
-            correct = np.array([np.asarray(host[part_of[t]][1])[row[t]] for t in mine], np.float32)
-            results.append(CohortEvalOutput(stats, correct))
-        return results
+        stats = [self._in_flush_order(buckets, len(owner), [h[0][f] for h in host]) for f in range(3)]
+        correct = self._in_flush_order(buckets, len(owner), [h[1] for h in host]).astype(np.float32)
+        return [CohortEvalOutput(LossStats(*(a[mine] for a in stats)), correct[mine])
+                for mine in (np.flatnonzero(owner == m) for m in range(len(requests)))]
 
 
 def _grouped_cohort(init, step, final, model, cfg, stores, data, *task_args, scan_len, plan):
