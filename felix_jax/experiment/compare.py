@@ -153,31 +153,25 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
         raise ValueError("batch and workers: choose one (a batch shares one process's device calls)")
     if executor not in ("local", "ray"):
         raise ValueError(f"executor must be 'local' or 'ray', got {executor!r}")
-    if executor == "ray" and pending:
-        from .ray_executor import run_on_ray
-        from .sweep import SweepJob
-
-        jobs = []
-        for i in pending:
-            run_dir = cell_dir(out, labels[i], scenarios[i].availability, scenarios[i].seed).resolve()
-            jobs.append(SweepJob(scenarios[i], run_dir, resume=_interrupted_with_snapshot(run_dir)))
-        for i, job, summary in zip(pending, jobs, run_on_ray(jobs, batch, address=ray_address, plot=plot,
-                                                            wall_budget_s=cell_budget_s, log=log)):
-            if summary is not None:
-                rows[i] = _row(scenarios[i], base, summary, job.out_dir, labels[i])
-    elif batch > 1 and pending:
+    if (executor == "ray" or batch > 1) and pending:
         from .sweep import SweepJob, run_sweep
 
-        jobs = []
-        for i in pending:
-            run_dir = cell_dir(out, labels[i], scenarios[i].availability, scenarios[i].seed)
-            jobs.append(SweepJob(scenarios[i], run_dir, resume=_interrupted_with_snapshot(run_dir)))
-        results = run_sweep(jobs, batch, plot=plot, wall_budget_s=cell_budget_s, stop_on_signals=True,
-                            deadline=deadline, log=log)
-        for i, job, result in zip(pending, jobs, results):
-            if result is not None:
-                rows[i] = _row(scenarios[i], base, result.summary, job.out_dir, labels[i])
-        if any(r is not None and r.summary["stop_reason"] == "interrupted" for r in results):
+        dirs = [cell_dir(out, labels[i], scenarios[i].availability, scenarios[i].seed) for i in pending]
+        # Ray workers may start elsewhere: their folders by absolute path
+        jobs = [SweepJob(scenarios[i], d.resolve() if executor == "ray" else d, resume=_interrupted_with_snapshot(d))
+                for i, d in zip(pending, dirs)]
+        if executor == "ray":
+            from .ray_executor import run_on_ray
+
+            summaries = run_on_ray(jobs, batch, address=ray_address, plot=plot, wall_budget_s=cell_budget_s, log=log)
+        else:
+            summaries = [None if r is None else r.summary for r in
+                         run_sweep(jobs, batch, plot=plot, wall_budget_s=cell_budget_s, stop_on_signals=True,
+                                   deadline=deadline, log=log)]
+        for i, d, summary in zip(pending, dirs, summaries):
+            if summary is not None:
+                rows[i] = _row(scenarios[i], base, summary, d, labels[i])
+        if any(sm is not None and sm["stop_reason"] == "interrupted" for sm in summaries):
             write_summary_csv([r for r in rows if r is not None], out)
             raise KeyboardInterrupt  # as the cell-by-cell path: stopped cells resume from their snapshots
     elif workers <= 1:
