@@ -147,3 +147,58 @@ def test_shared_calls_give_each_task_its_solo_result(plan):
             scale = max(float(np.abs(x).max()) for x in da)
             assert max(float(np.abs(x - y).max()) for x, y in zip(da, db)) <= 1e-5 * scale
             np.testing.assert_allclose(a.all_steps.sum, b.all_steps.sum, rtol=1e-5)
+
+
+class _EchoGroup:
+    """Stands in for a SharedCohort: records which payloads each call got."""
+
+    def __init__(self):
+        self.calls = []
+
+    def train(self, payloads):
+        self.calls.append(("train", list(payloads)))
+        return list(payloads)
+
+    def evaluate(self, payloads):
+        self.calls.append(("eval", list(payloads)))
+        return list(payloads)
+
+
+def _coordinator(live):
+    from felix_jax.experiment.sweep import BatchCoordinator, _Ticket
+
+    c = BatchCoordinator(live)
+    c._group = _EchoGroup()
+    c._run_tests = lambda tickets: [setattr(t, "result", t.payload) for t in tickets]
+
+    def flush():
+        with c._cv:  # as a member's request does
+            c._maybe_flush()
+
+    return c, (lambda kind, payload: c._waiting.append(_Ticket(kind, payload, None)) or c._waiting[-1]), flush
+
+
+def test_a_flush_holds_training_back_so_the_experiments_train_together():
+    from felix_jax.experiment.sweep import MAX_TRAIN_HOLDS
+
+    c, wait, flush = _coordinator(live=3)
+    a, b = wait("train", "a1"), wait("test", "b1")
+    flush()
+    assert not a.done and not b.done  # not every experiment waits yet
+    e = wait("eval", "c1")
+    flush()  # mixed: the test and the eval go first, the training request stays
+    assert b.done and e.done and not a.done and c._group.calls == [("eval", ["c1"])] and c.held_flushes == 1
+    b2, e2 = wait("train", "b2"), wait("train", "c2")
+    flush()  # now all three train: one training call with the three experiments' tasks
+    assert a.done and b2.done and e2.done and c._group.calls[-1] == ("train", ["a1", "b2", "c2"])
+    assert (a.result, b2.result) == ("a1", "b2") and c.flushes == 2
+    # the hold is bounded: an experiment that keeps asking for tests cannot starve a training request
+    c, wait, flush = _coordinator(live=2)
+    a = wait("train", "a")
+    for k in range(MAX_TRAIN_HOLDS):
+        t = wait("test", k)
+        flush()
+        assert t.done and not a.done
+    t = wait("test", "last")
+    flush()
+    assert t.done and a.done and c.held_flushes == MAX_TRAIN_HOLDS

@@ -7,7 +7,9 @@ group in batches of ``batch`` experiments. Each experiment of a batch runs its o
 and its engine's device calls go to the batch's :class:`BatchCoordinator`: a simulator that
 needs a result waits; once every live simulator of the batch waits, one flush computes all
 their pending training tasks together, then all their eval tasks, then all their due test
-checkpoints (``cohort/group.py``), and every simulator goes on. Host-side work stays each
+checkpoints (``cohort/group.py``), and every simulator goes on (training requests waiting
+beside others are held back a flush or a few, so that the experiments train together:
+:meth:`BatchCoordinator._maybe_flush`). Host-side work stays each
 experiment's own; the results equal each experiment's solo run bit for bit under the CPU
 plan (``lax.map``, one task at a time); under ``vmap`` on an accelerator a task's numbers may
 round differently with its call's other tasks (docs/architecture.md, "Sweep batches").
@@ -36,6 +38,9 @@ from ..cohort.evaluate import evaluate_many, evaluate_weighted_many
 from ..cohort.group import SharedCohort, _fingerprint
 from .results import _compiles
 from .scenario import Scenario
+
+# a flush holds waiting training requests back at most this many times in a row (_maybe_flush)
+MAX_TRAIN_HOLDS = 4
 
 SHARE_FIELDS = ("dataset", "num_train", "num_test", "model", "plan", "devices")
 
@@ -82,6 +87,8 @@ class BatchCoordinator:
         self._sims: list = []
         self._group: SharedCohort | None = None
         self.flushes = 0
+        self.held_flushes = 0  # flushes that held the waiting training requests back (see _maybe_flush)
+        self._train_holds = 0
         self.test_calls = 0
         self._blocked: dict[int, float] = {}
         self._stop_reason: str | None = None
@@ -149,10 +156,26 @@ class BatchCoordinator:
         return ticket.result
 
     def _maybe_flush(self) -> None:
-        """With the lock held: computes every waiting request once every live member waits."""
+        """With the lock held: once every live member waits, computes the waiting requests.
+
+        Training requests mixed with eval or test requests are held back (up to
+        :data:`MAX_TRAIN_HOLDS` flushes in a row): the others are computed first, their
+        experiments go on to their next request, usually a training one, and the experiments'
+        training phases line up, so that one flush's training calls hold the tasks of all of them
+        rather than of whichever happened to be training. Which flush computes a request does
+        not change its result (a task's numbers depend on its own inputs and key alone).
+        """
         if not self._waiting or len(self._waiting) < self._live:
             return
-        waiting, self._waiting = self._waiting, []
+        kinds = {t.kind for t in self._waiting}
+        if "train" in kinds and len(kinds) > 1 and self._train_holds < MAX_TRAIN_HOLDS:
+            waiting = [t for t in self._waiting if t.kind != "train"]
+            self._waiting = [t for t in self._waiting if t.kind == "train"]
+            self._train_holds += 1
+            self.held_flushes += 1
+        else:
+            waiting, self._waiting = self._waiting, []
+            self._train_holds = 0
         if self._first_flush is None:
             self._first_flush = time.perf_counter()
         try:
@@ -208,7 +231,8 @@ class BatchCoordinator:
 
     def summary(self) -> dict:
         """The batch's shared calls (each experiment's summary.json carries it as ``batch``)."""
-        out: dict = {"experiments": len(self._engines), "flushes": self.flushes, "test_calls": self.test_calls,
+        out: dict = {"experiments": len(self._engines), "flushes": self.flushes,
+                     "held_flushes": self.held_flushes, "test_calls": self.test_calls,
                      "test_seconds": self.test_seconds}
         if self._first_flush is not None:  # from the batch's first shared flush to now (this run's end)
             out["loop_seconds"] = time.perf_counter() - self._first_flush
