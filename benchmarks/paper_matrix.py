@@ -14,7 +14,8 @@ OORT+Async with TierTrack; OORT* and OORT+Async* running FedScale's Oort.
 
 Every cell is a folder under ``--out``/runs; a rerun skips cells that finished
 (same scenario), so a killed matrix continues. Cells that do not fit ``--budget-s``
-are listed as not run. Writes ``--out``/table.md and ``--json`` (rows, table).
+are listed as not run. Writes ``--out``/table.md, ``--out``/figures (the accuracy curves,
+bytes, distributions and the paper's diagnostic figures 13-15) and ``--json`` (rows, table).
 Needs FELIX_JAX_DATA (CIFAR-10 and the reference traces).
 """
 
@@ -30,7 +31,8 @@ import numpy as np
 
 from felix_jax.compile_cache import enable_compilation_cache
 from felix_jax.experiment import get_preset
-from felix_jax.experiment.compare import run_matrix
+from felix_jax.experiment.compare import SUMMARY_COLUMNS, plot_comparison, run_matrix
+from felix_jax.experiment.paper_figures import plot_paper_figures
 from felix_jax.experiment.sweep import default_batch
 
 MAIN_STRATEGIES = ["felix", "oort-oracle", "oort-async-oracle", "oort-async", "refl"]
@@ -153,10 +155,26 @@ def finished_rows(out: Path, base: dict | None = None) -> list[dict]:
         summary = json.loads(run_dir.read_text())
         if summary.get("stop_reason") == "interrupted":  # stopped mid-run: resumed by the next matrix run
             continue
-        rows.append({"strategy": cell_label(config, base), "availability": config["availability"], "seed": config["seed"],
-                     "time_to_target_h": summary["time_to_target_h"], "final_accuracy": summary["final_accuracy"],
+        rows.append({**{k: summary.get(k) for k in SUMMARY_COLUMNS if k in summary},
+                     "strategy": cell_label(config, base), "availability": config["availability"], "seed": config["seed"],
                      "run_dir": str(run_dir.parent), "_summary": summary})
     return rows
+
+
+def draw_figures(rows: list[dict], strategies: list[str], regimes: list[str], out: Path) -> list[Path]:
+    """Under ``out``/figures: the accuracy curves, bytes and distributions of compare
+    (accuracy.png, bytes.png, cdfs.png) and the paper's diagnostic figures (selection.png,
+    eval_tier.png, late_weights.png: felix_jax/experiment/paper_figures.py)."""
+    if not rows:
+        return []
+    fig_dir = out / "figures"
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    have = {r["strategy"] for r in rows}
+    strategies = [st for st in strategies if st in have]
+    label = lambda rg: REGIMES.get(rg, rg)  # noqa: E731
+    main = [st for st in strategies if st in MAIN_STRATEGIES]  # the accuracy curves: the main matrix only
+    return plot_comparison(rows, main or strategies, regimes, fig_dir) + \
+        plot_paper_figures(rows, strategies, regimes, fig_dir, label=label)
 
 
 def main(argv=None) -> dict:
@@ -205,6 +223,8 @@ def main(argv=None) -> dict:
         diagnostics = diagnostics_table(rows, every, all_regimes)
         print(table + "\n\n" + diagnostics)
         (out / "table.md").write_text(table + "\n\n" + diagnostics + "\n")
+        figures = draw_figures(rows, every, all_regimes, out)
+        print("figures: " + ", ".join(str(f) for f in figures))
         return {"rows": rows, "table": table, "diagnostics": diagnostics}
     t0 = time.perf_counter()
     batch = default_batch() if args.batch is None else args.batch
@@ -221,6 +241,8 @@ def main(argv=None) -> dict:
         print(f"not run within the {args.budget_s:.0f} s budget: {', '.join(skipped)}")
     out.mkdir(parents=True, exist_ok=True)
     (out / "table.md").write_text(table + "\n\n" + diagnostics + "\n")
+    figures = draw_figures(rows, every, all_regimes, out)
+    print("figures: " + ", ".join(str(f) for f in figures))
     result = {"scenario": base.to_json(), "backend": jax.default_backend(), "device": str(jax.devices()[0]),
               "rows": [{k: v for k, v in r.items() if k != "_summary"} for r in rows], "table": table,
               "diagnostics": diagnostics,

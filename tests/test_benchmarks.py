@@ -68,3 +68,6 @@ def test_paper_matrix_runs_variant_cells_and_tabulates_them_again(tmp_path):
     again = pm.main(args + ["--table-only"])
     assert sorted(r["strategy"] for r in again["rows"]) == labels
     assert "oort-async-oracle@oracle_departure=free_slot" in again["diagnostics"]
+    # the figures: the main matrix's curves and the paper's diagnostics, redrawn by --table-only
+    names = sorted(p.name for p in (tmp_path / "figures").glob("*.png"))
+    assert names == ["accuracy.png", "bytes.png", "cdfs.png", "late_weights.png", "selection.png"]
