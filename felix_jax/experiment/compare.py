@@ -344,16 +344,20 @@ def comparison_table(rows: list[dict], strategies: list[str], regimes: list[str]
 
 
 def _accuracy_curves(rows: list[dict], st: str, rg: str, grid: np.ndarray) -> np.ndarray | None:
-    """(seeds, len(grid)) accuracy of each seed's run, held between checkpoints (NaN after its end)."""
+    """(seeds, len(grid)) accuracy of each seed's run, held between checkpoints up to the run's end
+    (its summary's ``end_time_s``, else its last checkpoint: a stalled run stays flat to where it
+    stopped), NaN after it."""
     curves = []
     for r in rows:
         if r["strategy"] != st or r["availability"] != rg:
             continue
         data = np.genfromtxt(Path(r["run_dir"]) / "metrics.csv", delimiter=",", names=True)
         hours, acc = np.atleast_1d(data["hours"]), np.atleast_1d(data["accuracy"])
+        end_s = (r.get("_summary") or {}).get("end_time_s")
+        end_h = max(float(hours[-1]), end_s / 3600 if end_s is not None else 0.0)
         idx = np.searchsorted(hours, grid, side="right") - 1
         curve = np.where(idx >= 0, acc[np.clip(idx, 0, None)], np.nan)
-        curves.append(np.where(grid <= hours[-1], curve, np.nan))
+        curves.append(np.where(grid <= end_h, curve, np.nan))
     return np.array(curves) if curves else None
 
 
