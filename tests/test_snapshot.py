@@ -198,8 +198,14 @@ def test_cli_kill_and_resume_equals_an_uninterrupted_run(tmp_path, monkeypatch, 
             os.kill(os.getpid(), signum)
 
     monkeypatch.setattr(FleetSimulator, "_checkpoint", kill_at_version_6)
-    with pytest.raises(SystemExit) as stopped:
-        main(["run", "--preset", "tiny", *sets, *snapshot_flags, "--quiet", "--out", str(tmp_path / "cut")])
+    # run as a shell's background job, SIGINT starts out ignored and the CLI rightly keeps ignoring
+    # it: give this test the interactive default
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            main(["run", "--preset", "tiny", *sets, *snapshot_flags, "--quiet", "--out", str(tmp_path / "cut")])
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert stopped.value.code == 128 + signum
     summary = json.loads((tmp_path / "cut" / "summary.json").read_text())
     assert summary["stop_reason"] == "interrupted" and summary["aggregations"] == 6
