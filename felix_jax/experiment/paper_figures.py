@@ -56,9 +56,20 @@ def _bar(ax, x: float, values: list[float], color, width: float = 0.8) -> None:
                 textcoords="offset points")
 
 
-def _hours(cells: list[dict]) -> list[float]:
-    return [float(r["_summary"]["time_to_target_h"]) for r in cells
-            if r["_summary"].get("time_to_target_h") is not None]
+def _bar_axes(ax, names: list[str], title: str, **ticks) -> None:
+    ax.set_xticks(range(len(names)), names, fontsize=7, **ticks)
+    ax.set_title(title, fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+
+
+def _save(fig, out: Path, name: str, title: str) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out / name, dpi=110)
+    plt.close(fig)
+    return out / name
 
 
 def plot_selection(rows: list[dict], strategies: list[str], regimes: list[str], out: Path,
@@ -78,15 +89,8 @@ def plot_selection(rows: list[dict], strategies: list[str], regimes: list[str], 
             ax = axes[row][col]
             for i, st in enumerate(names):
                 _bar(ax, i, _values(_cells(rows, st, rg), key), colors[st])
-            ax.set_xticks(range(len(names)), names, rotation=45, ha="right", fontsize=7)
-            ax.set_title(f"{label(rg)}: {title}", fontsize=8)
-            ax.grid(axis="y", alpha=0.3)
-    fig.suptitle("selected clients (mean over seeds, line: lowest to highest seed)", fontsize=9)
-    fig.tight_layout()
-    path = out / "selection.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+            _bar_axes(ax, names, f"{label(rg)}: {title}", rotation=45, ha="right")
+    return _save(fig, out, "selection.png", "selected clients (mean over seeds, line: lowest to highest seed)")
 
 
 def plot_eval_tier(rows: list[dict], regimes: list[str], out: Path, label: Callable[[str], str] = str,
@@ -98,7 +102,7 @@ def plot_eval_tier(rows: list[dict], regimes: list[str], out: Path, label: Calla
     if not regimes:
         return None
     panels = (("picked_utility_mean", "picked utility"), ("picked_duration_mean_s", "picked duration, s"),
-              (None, "hours to target"), ("evals_per_aggregation", "evals per aggregation"),
+              ("time_to_target_h", "hours to target"), ("evals_per_aggregation", "evals per aggregation"),
               ("train_picks_eval_utility_share", "train picks on an eval's utility"))
     fig, axes = plt.subplots(len(regimes), len(panels), figsize=(2.7 * len(panels), 2.8 * len(regimes)),
                              squeeze=False)
@@ -106,19 +110,12 @@ def plot_eval_tier(rows: list[dict], regimes: list[str], out: Path, label: Calla
         for ax, (key, title) in zip(row, panels):
             for i, (st, color) in enumerate(((on, "tab:blue"), (off, "tab:gray"))):
                 cells = _cells(rows, st, rg)
-                values = _hours(cells) if key is None else _values(cells, key)
+                values = _values(cells, key)
                 _bar(ax, i, values, color)
-                if key is None and len(values) < len(cells):
+                if key == "time_to_target_h" and len(values) < len(cells):
                     ax.annotate(f"{len(values)}/{len(cells)} reached", (i, 0), ha="center", va="bottom", fontsize=6)
-            ax.set_xticks([0, 1], [on, off], fontsize=7)
-            ax.set_title(f"{label(rg)}: {title}", fontsize=8)
-            ax.grid(axis="y", alpha=0.3)
-    fig.suptitle("the eval tier on and off (mean over seeds, line: lowest to highest seed)", fontsize=9)
-    fig.tight_layout()
-    path = out / "eval_tier.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+            _bar_axes(ax, [on, off], f"{label(rg)}: {title}")
+    return _save(fig, out, "eval_tier.png", "the eval tier on and off (mean over seeds, line: lowest to highest seed)")
 
 
 def relative_late_weights(cells: list[dict], max_staleness: int = MAX_STALENESS) -> np.ndarray | None:
@@ -180,16 +177,9 @@ def plot_late_weights(rows: list[dict], regimes: list[str], out: Path, label: Ca
             ax.legend(fontsize=7)
         names = [st for st in ("felix", "felix-no-tierfuse") if _cells(rows, st, rg)]
         for i, st in enumerate(names):
-            _bar(bars, i, _hours(_cells(rows, st, rg)), colors[st])
-        bars.set_xticks(range(len(names)), names, fontsize=7)
-        bars.set_title(f"{label(rg)}: hours to target", fontsize=8)
-        bars.grid(axis="y", alpha=0.3)
-    fig.suptitle("TierFuse against FedBuff weights (all seeds' updates pooled)", fontsize=9)
-    fig.tight_layout()
-    path = out / "late_weights.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+            _bar(bars, i, _values(_cells(rows, st, rg), "time_to_target_h"), colors[st])
+        _bar_axes(bars, names, f"{label(rg)}: hours to target")
+    return _save(fig, out, "late_weights.png", "TierFuse against FedBuff weights (all seeds' updates pooled)")
 
 
 def plot_paper_figures(rows: list[dict], strategies: list[str], regimes: list[str], out: Path,
