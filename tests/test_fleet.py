@@ -10,6 +10,7 @@ from felix_jax.data.federated import held_out_to_device, to_device
 from felix_jax.data.partition import partition_from_counts
 from felix_jax.fleet import FleetConfig, Interruption, StopRule, task_timeline
 from felix_jax.fleet.modes import AsyncMode, SyncMode
+from felix_jax.fleet.reading import Reading
 from felix_jax.fleet.simulator import FleetSimulator
 from felix_jax.models import mlp
 from felix_jax.policies import make_aggregator, make_selector
@@ -65,14 +66,15 @@ def test_client_that_never_returns_never_finishes():
 # ---------------------------------------------------------------- simulator
 def make_sim(trace, delays, *, mode="async", knowledge="none", concurrency=2, goal=1, overcommit=1.0,
              aggregator="fedbuff", max_aggregations=5, max_s=10_000.0, timeout_s=90.0, seed=0,
-             oracle_departure="keep_slot", eval_selector=None, eval_budget=0, sees_eval_tier=False):
+             oracle_departure="keep_slot", eval_selector=None, eval_budget=0, sees_eval_tier=False,
+             reading=Reading()):
     n = trace.num_clients
     ds = make_image_dataset(num_train=40 * n, num_test=16)
     data = to_device(ds, partition_from_counts(40 * n, np.full(n, 40), seed=0))
     engine = CohortEngine(MODEL, data, LocalTrainConfig(batch_size=16, mode="steps", local_steps=1))
     cfg = FleetConfig(mode=mode, knowledge=knowledge, concurrency=concurrency, aggregation_goal=goal,
                       overcommit=overcommit, timeout_s=timeout_s, oracle_departure=oracle_departure,
-                      sees_eval_tier=sees_eval_tier)
+                      sees_eval_tier=sees_eval_tier, reading=reading)
     return FleetSimulator(
         model=MODEL, engine=engine, trace=trace,
         profile=DeviceProfile(np.asarray(delays, float), np.ones(n), np.full(n, np.inf), np.full(n, np.inf)),

@@ -17,7 +17,8 @@ class LocalTrainConfig:
     fresh permutation cut into ``steps_per_epoch`` batches; with ``drop_last`` the
     last partial batch is dropped (the paper's loader), except that a client with
     fewer samples than a batch still takes one masked step over all its samples
-    (otherwise it could never contribute). ``mode='steps'``: exactly
+    (otherwise it could never contribute), unless ``min_one_step`` is off (the FeLiX
+    code's loader: such a client takes no step). ``mode='steps'``: exactly
     ``local_steps`` steps, cycling through epochs of the client's data the same way.
     """
 
@@ -30,6 +31,12 @@ class LocalTrainConfig:
     local_steps: int = 5
     drop_last: bool = True
     augment: bool = False  # random crop (pad 4) + horizontal flip, images only
+    # a client with fewer samples than a batch takes one masked step (False: none, the FeLiX code's
+    # drop_last loader, trainer main.py:271-278; epochs mode)
+    min_one_step: bool = True
+    # with augment: the first-batch utility statistics are the first step's own (augmented) losses, as
+    # the FeLiX code measures them (trainer.py:543-576); False: a forward pass over the un-augmented batch
+    utility_on_augmented: bool = False
 
     def __post_init__(self):
         if self.batch_size < 1:
@@ -65,7 +72,10 @@ class LocalTrainConfig:
         """Total local steps of a training task for clients with ``counts`` samples."""
         if self.mode == "steps":
             return np.full(np.shape(counts), self.local_steps, np.int32)
-        return (self.steps_per_epoch(np.asarray(counts)) * self.local_epochs).astype(np.int32)
+        steps = self.steps_per_epoch(np.asarray(counts)) * self.local_epochs
+        if not self.min_one_step and self.drop_last:
+            steps = np.where(np.asarray(counts) < self.batch_size, 0, steps)
+        return steps.astype(np.int32)
 
 
 @dataclasses.dataclass(frozen=True)

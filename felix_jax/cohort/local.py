@@ -109,14 +109,15 @@ def train_init(model: Model, cfg: LocalTrainConfig, params: Params, data: Federa
     pass over the *un-augmented* first batch, so a training reply measures U
     exactly as an eval task does (an augmented batch has a higher loss, which
     would rank clients refreshed by eval tasks below those that just trained).
-    Without augmentation the first step's own losses are those statistics.
+    Without augmentation (or with ``utility_on_augmented``, the FeLiX code's way) the first step's
+    own losses are those statistics.
     With client streams the task trains on what its client holds at ``t_s`` (its start).
     """
     row, count, labels = client_data(data, client, t_s)
     k_order, k_augment = jax.random.split(key)
     ctx = TrainContext(params, row, count, cfg.steps_per_epoch(count), k_order, k_augment, labels)
     first = LossStats.zeros()
-    if cfg.augment:
+    if cfg.augment and not cfg.utility_on_augmented:
         width = data.index_table.shape[1]
         positions, valid = batch_positions(k_order, jnp.int32(0), count, ctx.steps_per_epoch, cfg.batch_size, width)
         x, y = _client_batch(data, ctx.row, positions, None, False, ctx.labels)
@@ -147,7 +148,7 @@ def train_step(model: Model, cfg: LocalTrainConfig, data: FederatedData, ctx: Tr
     active = s < num_steps
     keep = lambda new, old: jnp.where(active, new, old)  # noqa: E731
     batch_stats = LossStats.of(losses, valid & active)
-    first = carry.first_batch if cfg.augment else jax.tree_util.tree_map(
+    first = carry.first_batch if cfg.augment and not cfg.utility_on_augmented else jax.tree_util.tree_map(
         lambda f, b: jnp.where(s == 0, b, f), carry.first_batch, batch_stats)  # see train_init
     return TrainCarry(jax.tree_util.tree_map(keep, new_params, carry.params),
                       jax.tree_util.tree_map(keep, new_opt_state, carry.opt_state),

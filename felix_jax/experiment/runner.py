@@ -79,8 +79,11 @@ def build_simulator(sc: Scenario, on_checkpoint=None) -> FleetSimulator:
         raise KeyError(f"unknown partition {sc.partition!r}; known: dirichlet, iid, natural (speaker), reference, "
                        "pool")
     model = make_model(sc.model, ds.input_shape, ds.num_classes)
+    reading = sc.resolve_reading()
     train_cfg = LocalTrainConfig(batch_size=sc.batch_size, learning_rate=sc.learning_rate, mode=sc.local_mode,
-                                 local_epochs=sc.local_epochs, local_steps=sc.local_steps, augment=sc.augment)
+                                 local_epochs=sc.local_epochs, local_steps=sc.local_steps, augment=sc.augment,
+                                 min_one_step=reading.small_clients == "one_step",
+                                 utility_on_augmented=reading.utility_augmented)
     eval_cfg = LocalEvalConfig(batch_size=sc.batch_size, max_batches=sc.eval_max_batches)
     streams = None
     stream_cfg = sc.resolve_stream()
@@ -112,12 +115,17 @@ def build_simulator(sc: Scenario, on_checkpoint=None) -> FleetSimulator:
 
 
 def fleet_config(sc: Scenario, strategy) -> FleetConfig:
-    """How the server runs, from the scenario and its strategy (config.json's ``fleet``)."""
+    """How the server runs, from the scenario and its strategy (config.json's ``fleet``): the reading's
+    switches resolved for the strategy; its ``interruption`` and ``oracle_departure``, where set, over
+    the scenario's fields of the same names."""
+    reading = sc.resolve_reading().resolved(strategy.mode, strategy.knowledge)
     return FleetConfig(mode=strategy.mode, knowledge=strategy.knowledge, concurrency=sc.concurrency,
                        aggregation_goal=sc.aggregation_goal, overcommit=sc.overcommit, timeout_s=sc.timeout_s,
-                       interruption=sc.interruption, sees_eval_tier=strategy.eval_selector is not None,
+                       interruption=reading.interruption or sc.interruption,
+                       sees_eval_tier=strategy.eval_selector is not None,
                        server_optimizer=sc.server_optimizer, timeout_frees_slot=sc.timeout_frees_slot,
-                       utility_from=sc.utility_from, oracle_departure=sc.oracle_departure)
+                       utility_from=sc.utility_from, oracle_departure=reading.oracle_departure or sc.oracle_departure,
+                       reading=reading)
 
 
 def stop_rule(sc: Scenario) -> StopRule:

@@ -22,7 +22,7 @@ from pathlib import Path
 from ..options import OptionError, parse_value
 
 POLICY_FIELDS = ("selector", "eval_selector", "aggregator", "update_guard")
-OPTION_FIELDS = POLICY_FIELDS + ("stream",)  # dict fields that dotted keys reach
+OPTION_FIELDS = POLICY_FIELDS + ("stream", "reading")  # dict fields that dotted keys reach
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +76,10 @@ class Scenario:
     # run_to_end (FeLiX code: a trainer waits for AVL_TRAIN before starting, then is never pre-empted)
     interruption: str = "resume"
     utility_from: str = "first_batch"  # statistical utility from the first batch (code) | all_steps
+    # which reading of the paper runs (felix_jax/fleet/reading.py, docs/readings.md): paper (its text) |
+    # paper_code (the authors' code as it ran for the paper); reading.KEY=V flips one switch on top of it
+    semantics: str = "paper"
+    reading: dict = dataclasses.field(default_factory=dict)
     # stopping and metrics
     target_accuracy: float | None = 0.8
     max_virtual_hours: float = 24.0
@@ -114,6 +118,7 @@ class Scenario:
             raise OptionError(f"model={self.model!r}: unknown model; known: {', '.join(MODELS)}")
         self.resolve_update_guard()
         self.resolve_stream()
+        self.resolve_reading()
         self._check_names()
 
     def _check_names(self) -> None:
@@ -150,14 +155,30 @@ class Scenario:
 
         return OptionSpec(UpdateGuardConfig).build("update_guard", self.update_guard)
 
+    def resolve_reading(self):
+        """The :class:`~felix_jax.fleet.reading.Reading` this scenario names (``semantics``, then its
+        ``reading`` switches), before it is resolved for the strategy (``Reading.resolved``)."""
+        from ..fleet.reading import READING_VARIANTS, Reading
+        from ..options import OptionSpec
+
+        if "semantics" in self.reading:
+            raise OptionError("reading.semantics: set the scenario field semantics instead")
+        return OptionSpec(Reading, READING_VARIANTS).build("reading", {"variant": self.semantics, **self.reading})
+
     def resolve_strategy(self):
-        """The strategy with its policies' configs for this scenario (``ResolvedStrategy``)."""
+        """The strategy with its policies' configs for this scenario (``ResolvedStrategy``): the
+        strategy's defaults, then the reading's Oort switches (for Oort selectors run as the FeLiX
+        code's variant), then the scenario's own options."""
         from ..plugins import load_plugins
-        from .strategies import resolve_strategy
+        from .strategies import get_strategy, resolve_strategy
 
         load_plugins(self.plugins)
         try:
-            return resolve_strategy(self.strategy, self.selector, self.eval_selector, self.aggregator)
+            st = get_strategy(self.strategy)
+            selector = dict(self.selector)
+            if st.selector == "oort" and "variant" not in st.selector_options and "variant" not in selector:
+                selector = {**self.resolve_reading().selector_options(st.mode), **selector}
+            return resolve_strategy(self.strategy, selector, self.eval_selector, self.aggregator)
         except KeyError as e:
             raise OptionError(f"strategy={self.strategy!r}: {e.args[0]}") from None
 
@@ -247,6 +268,8 @@ FIELD_HELP: dict[str, str] = {
     "oracle_departure": "oracle knowledge, a client leaving mid-task: keep_slot (until reply/timeout) or free_slot",
     "interruption": "a task whose client leaves its tier: resume, restart, abandon, or run_to_end",
     "utility_from": "statistical utility from the first batch (FeLiX code) or all local steps",
+    "semantics": "reading of the paper: paper (its text) or paper_code (the authors' code as it ran; docs/readings.md)",
+    "reading": "switches of the reading, over semantics (reading.KEY=V; run --list: reading switches)",
     "target_accuracy": "time-to-target: mean of the last 20 test accuracies and the last one reach it (none: no target)",
     "max_virtual_hours": "stop after this much virtual time",
     "max_aggregations": "stop after this many aggregations",
@@ -305,8 +328,9 @@ _CHECKS: tuple[tuple[str, typing.Callable[[typing.Any], bool], str], ...] = (
     ("overcommit", lambda v: v >= 1 and math.isfinite(v), "a finite number >= 1"),
     ("server_optimizer", lambda v: v in ("sgd", "adam", "yogi"), "sgd, adam or yogi"),
     ("timeout_s", lambda v: v > 0, "> 0 seconds (inf disables the timer)"),
-    ("interruption", lambda v: v in ("resume", "restart", "abandon", "run_to_end"),
-     "resume, restart, abandon or run_to_end"),
+    ("interruption", lambda v: v in ("resume", "restart", "abandon", "run_to_end", "run_to_end_hold"),
+     "resume, restart, abandon, run_to_end or run_to_end_hold"),
+    ("semantics", lambda v: v in ("paper", "paper_code"), "paper or paper_code"),
     ("utility_from", lambda v: v in ("first_batch", "all_steps"), "first_batch or all_steps"),
     ("oracle_departure", lambda v: v in ("keep_slot", "free_slot"), "keep_slot or free_slot"),
     ("target_accuracy", lambda v: 0 < v <= 1, "in (0, 1] (or none)"),

@@ -8,6 +8,7 @@ from typing import Literal
 
 from .knowledge import Knowledge
 from .lifecycle import Interruption
+from .reading import Reading
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +34,8 @@ class FleetConfig:
     # selected client disappears mid-computation". "free_slot": the server frees the slot at the
     # departure and refills it, as TierTrack does (an oracle that watches the trace during the task).
     oracle_departure: Literal["keep_slot", "free_slot"] = "keep_slot"
+    # the reading of the paper this fleet runs (fleet/reading.py), resolved for its strategy
+    reading: Reading = Reading()
 
     def __post_init__(self):
         object.__setattr__(self, "knowledge", Knowledge(self.knowledge))

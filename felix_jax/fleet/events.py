@@ -12,6 +12,8 @@ class EventKind(enum.IntEnum):
     CLIENT_LEFT = 1  # a client running a task left its tier (TierTrack notification)
     TIMEOUT = 2  # the server's per-task timer fired
     WAKE = 3  # availability may have changed: retry selection
+    SERVED = 4  # a serial server finished processing the reply at the head of its queue (fleet/reading.py)
+    SERVER_FREE = 5  # a serial server's blocking work after an aggregation ended: it selects again
 
 
 class Event(NamedTuple):

@@ -8,7 +8,9 @@ paper: a trainer checkpoints), ``restart`` starts over, ``abandon`` drops it. ``
 reference code's lifecycle (the paper's reference settings "TierTrack"): the task waits for an
 allowed tier, then runs to completion even if the client leaves meanwhile (it is
 never pre-empted; ``first_stop_s`` still records when the client left, which a
-TierTrack server is told about).
+TierTrack server is told about). ``run_to_end_hold`` is the FeLiX code with client notifications on
+(HT:303-317): as ``run_to_end``, but a finished update is held while the client is UN_AVL and sent
+when it is back (in AVL_TRAIN or AVL_EVAL).
 Because a task's *result* depends only on (start model, client data, key), the
 timeline is computed once at dispatch and only decides *when* things happen.
 """
@@ -19,7 +21,9 @@ import dataclasses
 import enum
 import math
 
-from ..traces import AvailabilityTrace
+from ..traces import AvailabilityTrace, Tier
+
+_UN_AVL = int(Tier.UN_AVL)
 
 
 class Interruption(str, enum.Enum):
@@ -27,6 +31,7 @@ class Interruption(str, enum.Enum):
     RESTART = "restart"
     ABANDON = "abandon"
     RUN_TO_END = "run_to_end"
+    RUN_TO_END_HOLD = "run_to_end_hold"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,9 +58,12 @@ def task_timeline(trace: AvailabilityTrace, client: int, t0: float, work_s: floa
     interruptions = 0
     for _ in range(max_changes):
         nt, ns = trace.next_change_of(t, client)
-        if state in allowed and policy is Interruption.RUN_TO_END:
+        if state in allowed and policy in (Interruption.RUN_TO_END, Interruption.RUN_TO_END_HOLD):
             finish = t + remaining
-            return Timeline(t, finish, _first_leave(trace, client, t, finish, allowed), 0)
+            first_stop = first_leave(trace, client, t, finish, allowed)
+            if policy is Interruption.RUN_TO_END_HOLD:
+                finish = _first_present(trace, client, finish, horizon_s, max_changes)
+            return Timeline(t, finish, first_stop, 0)
         if state in allowed:
             start = min(start, t)
             if t + remaining <= nt:
@@ -74,7 +82,7 @@ def task_timeline(trace: AvailabilityTrace, client: int, t0: float, work_s: floa
     raise RuntimeError(f"client {client}: task did not settle within {max_changes} state changes")
 
 
-def _first_leave(trace: AvailabilityTrace, client: int, t: float, until: float, allowed: frozenset[int]) -> float:
+def first_leave(trace: AvailabilityTrace, client: int, t: float, until: float, allowed: frozenset[int]) -> float:
     """The first time in (t, until) the client moves to a tier outside ``allowed`` (inf if none)."""
     while True:
         nt, ns = trace.next_change_of(t, client)
@@ -83,3 +91,15 @@ def _first_leave(trace: AvailabilityTrace, client: int, t: float, until: float, 
         if ns not in allowed:
             return nt
         t = nt
+
+
+def _first_present(trace: AvailabilityTrace, client: int, t: float, horizon_s: float, max_changes: int) -> float:
+    """The first time >= t the client is not UN_AVL (inf if not back within ``horizon_s``)."""
+    state = trace.state_of(t, client)
+    for _ in range(max_changes):
+        if state != _UN_AVL:
+            return t
+        t, state = trace.next_change_of(t, client)
+        if t == math.inf or t > horizon_s:
+            return math.inf
+    raise RuntimeError(f"client {client}: task did not settle within {max_changes} state changes")

@@ -29,6 +29,8 @@ class AsyncMode:
     def refill(self, sim: "FleetSimulator") -> None:
         sim.refresh_view()
         need = sim.cfg.concurrency - sim.in_flight_count("train")
+        if sim.reading.eval_counts_toward_concurrency:  # the FeLiX code: evals sit in the same c slots
+            need -= sim.in_flight_count("eval")
         got = sim.select_and_dispatch(need, "train")
         if sim.eval_selector is not None:
             sim.select_and_dispatch(sim.eval_budget - sim._evals_this_round, "eval")

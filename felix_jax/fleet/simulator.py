@@ -18,20 +18,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..cohort import CohortEngine, VersionStore, evaluate, evaluate_many, evaluate_weighted, statistical_utility
+from ..cohort import CohortEngine, VersionStore, evaluate, evaluate_many, evaluate_weighted
 from ..data.federated import HeldOutSet
 from ..models.base import Model, Params
 from ..policies.aggregators.base import Aggregator, BufferInfo
 from ..policies.aggregators.deltas import update_norms
 from ..policies.selectors.base import SelectionContext, Selector
 from ..traces import AvailabilityTrace, DeviceProfile, Tier
+from ..traces.generators import always_available
 from .accounting import Accounting
 from .clientmap import ClientMap
 from .config import FleetConfig, StopRule
 from .events import EventKind, EventQueue
 from .executor import EvalOutcome, LazyExecutor, TrainOutcome
 from .knowledge import Knowledge, ViewTracker
-from .lifecycle import task_timeline
+from .lifecycle import first_leave, task_timeline
 from .server_optimizer import make_server_optimizer, server_step, weighted_mean_delta
 from .snapshot import SnapshotPolicy, load_snapshot, save_snapshot
 from .tasks import Task
@@ -122,6 +123,12 @@ class FleetSimulator:
             raise ValueError(f"trace has {trace.num_clients} clients but the data has {engine.data.num_clients}")
         self.model, self.engine, self.trace, self.profile = model, engine, trace, profile
         self.test, self.cfg, self.stop = test, config, stop
+        self.reading = config.reading
+        # the trace the clients follow: the run's, or (the FeLiX code's oracle runs, reading.oracle_clients)
+        # one where they never leave while the oracle server still reads the run's trace
+        self.client_trace = trace
+        if config.knowledge is Knowledge.ORACLE and self.reading.oracle_clients == "always_available":
+            self.client_trace = always_available(trace.num_clients)
         self.selector, self.aggregator, self.mode = selector, aggregator, mode
         self.eval_selector, self.eval_budget = eval_selector, eval_budget
         self.on_checkpoint = on_checkpoint
@@ -178,6 +185,11 @@ class FleetSimulator:
         self._snapshot_version = 0  # model version at the last snapshot (or restore)
         self._snapshot_clock = 0.0  # host perf_counter at the last snapshot (or at run() start)
         self._utility_by_eval = np.zeros(len(counts), bool)  # a client's utility came from an eval reply
+        # a serial server (reading.serial_server): replies wait in arrival order; the server is busy until
+        # _server_free_at (a message in processing, or the blocking work after an aggregation)
+        self._server_queue: list[int] = []
+        self._serving = False  # a SERVED event is queued for the head of _server_queue
+        self._server_free_at = 0.0
         self._eval_samples = np.minimum(counts, engine.num_eval_batches(np.arange(len(counts)), t0)
                                         * engine.train_cfg.batch_size)
 
@@ -232,7 +244,8 @@ class FleetSimulator:
             self.now = ev.time
             self._events += 1
             handler = {EventKind.REPLY: self._on_reply, EventKind.CLIENT_LEFT: self._on_client_left,
-                       EventKind.TIMEOUT: self._on_timeout, EventKind.WAKE: self._on_wake}[ev.kind]
+                       EventKind.TIMEOUT: self._on_timeout, EventKind.WAKE: self._on_wake,
+                       EventKind.SERVED: self._on_served, EventKind.SERVER_FREE: self._on_server_free}[ev.kind]
             handler(ev.payload)
             if self.snapshot is not None and self._stop_reason is None:
                 self._maybe_snapshot()
@@ -346,7 +359,9 @@ class FleetSimulator:
             known = self.view.utility_round[client] >= 0
             age = self.round - self.view.utility_round[client] if known else -1
             self.acct.utility_age.append(int(age))
-            self.acct.picked_duration_s.append(work)
+            known_s = self.view.duration_s[client]  # measured durations: what the server knows at the pick
+            measured = self.reading.duration_source == "measured" and np.isfinite(known_s)
+            self.acct.picked_duration_s.append(float(known_s) if measured else work)
             if not known:
                 self.acct.train_picks_unexplored += 1
             else:
@@ -359,11 +374,11 @@ class FleetSimulator:
             self.acct.bytes_down_eval += mb
             self.acct.dispatched_eval += 1
             self._evals_this_round += 1
-            if self.trace.state_of(self.now, client) == Tier.AVL_EVAL:
+            if self.client_trace.state_of(self.now, client) == Tier.AVL_EVAL:
                 self.acct.evals_on_avl_eval += 1
             else:
                 self.acct.evals_on_avl_train += 1
-        timeline = task_timeline(self.trace, client, self.now, work, allowed, self.cfg.interruption,
+        timeline = task_timeline(self.client_trace, client, self.now, work, allowed, self.cfg.interruption,
                                  horizon_s=self.stop.max_virtual_s)
         task = Task(tid, client, kind, self.version, self.round, self.now, work, timeline)
         if self.engine.streams is not None and kind == "train":
@@ -380,8 +395,12 @@ class FleetSimulator:
             self.queue.push(timeline.finish_s, EventKind.REPLY, tid)
         if timeline.abandoned:
             self.acct.abandoned_tasks += 1
-        if self.cfg.detaches_on_departure and math.isfinite(timeline.first_stop_s):
-            self.queue.push(timeline.first_stop_s, EventKind.CLIENT_LEFT, tid)
+        left_s = timeline.first_stop_s
+        if self.client_trace is not self.trace and self.cfg.detaches_on_departure:
+            # clients that never leave: the oracle frees the slot when the run's trace says the client left
+            left_s = first_leave(self.trace, client, self.now, timeline.finish_s, allowed)
+        if self.cfg.detaches_on_departure and math.isfinite(left_s):
+            self.queue.push(left_s, EventKind.CLIENT_LEFT, tid)
         if math.isfinite(self.cfg.timeout_s):
             self.queue.push(self.now + self.cfg.timeout_s, EventKind.TIMEOUT, tid)
 
@@ -400,6 +419,45 @@ class FleetSimulator:
 
     # ----------------------------------------------------------------- events
     def _on_reply(self, tid: int) -> None:
+        """A reply reaches the server: handled now, or (a serial server) queued behind earlier ones."""
+        if not self.reading.serial_server:
+            self._handle_reply(tid)
+            self._refill()
+            return
+        self._server_queue.append(tid)
+        if not self._serving:
+            self._serve_next()
+
+    def _serve_next(self) -> None:
+        """The serial server takes the reply at the head of its queue once it is free."""
+        self._serving = True
+        self._server_free_at = max(self.now, self._server_free_at) + self.reading.per_message_s(self.cfg.mode)
+        self.queue.push(self._server_free_at, EventKind.SERVED, None)
+
+    def _on_served(self, _payload) -> None:
+        """The serial server finished processing one reply: its effects happen now; an aggregation it
+        completed blocks the server for ``server_per_aggregation_s`` more (the inline test evaluation)."""
+        self._serving = False
+        version = self.version
+        self._handle_reply(self._server_queue.pop(0))
+        if self.version > version:
+            self._server_free_at = self.now + self.reading.server_per_aggregation_s
+        if self._server_free_at > self.now:
+            self.queue.push(self._server_free_at, EventKind.SERVER_FREE, None)
+        else:
+            self._refill()
+        if self._server_queue:
+            self._serve_next()
+
+    def _on_server_free(self, _payload) -> None:
+        self._refill()
+
+    def _refill(self) -> None:
+        """The mode refills its slots, unless a serial server is busy (it refills when it is free)."""
+        if self._stop_reason is None and self.now >= self._server_free_at:
+            self.mode.refill(self)
+
+    def _handle_reply(self, tid: int) -> None:
         task = self.tasks.pop(tid)
         self._leaves_flight(task)
         task.replied = True
@@ -408,24 +466,27 @@ class FleetSimulator:
         if self.cfg.knowledge is Knowledge.NONE:
             self.view.set_tier(c, Tier.AVL_TRAIN)  # a reply proves the client is there
         outcome = self.executor.result(tid)
+        reading, n = self.reading, self.view.num_samples[c]
         if task.kind == "train":
             self.acct.bytes_up_train += self.model.bytes_on_wire
             self.acct.replies_train += 1
-            stats = outcome.first_batch if self.cfg.utility_from == "first_batch" else outcome.all_steps
-            self.view.record_utility(c, _finite_utility(statistical_utility(np.float64(stats.count),
-                                                                            np.float64(stats.sumsq))), self.round)
-            self.view.record_training(c, task.work_s)
-            self._utility_by_eval[c] = False
-            self.mode.on_train_reply(self, Update(task, outcome, self.version - task.version))
+            staleness = self.version - task.version
+            # the sync OORT code skips a straggler's reply before any bookkeeping (reading.sync_records_stale)
+            if self.cfg.mode == "async" or staleness == 0 or reading.sync_records_stale:
+                stats = outcome.first_batch if self.cfg.utility_from == "first_batch" else outcome.all_steps
+                self.view.record_utility(c, _finite_utility(reading.utility(stats.count, stats.sumsq, n)), self.round)
+                took = self.now - task.dispatch_s if reading.duration_source == "measured" else task.work_s
+                self.view.record_training(c, took)
+                self._utility_by_eval[c] = False
+            self.mode.on_train_reply(self, Update(task, outcome, staleness))
         else:
             assert isinstance(outcome, EvalOutcome)
             self.acct.bytes_up_eval += self.profile.eval_upload_bytes
             self.acct.replies_eval += 1
-            self.view.record_utility(c, _finite_utility(statistical_utility(np.float64(outcome.stats.count),
-                                                                            np.float64(outcome.stats.sumsq))), self.round)
+            previous = float(self.view.utility[c]) if self.view.utility_round[c] >= 0 else 0.0
+            u = reading.utility(outcome.stats.count, outcome.stats.sumsq, n, previous)
+            self.view.record_utility(c, _finite_utility(u), self.round)
             self._utility_by_eval[c] = True
-        if self._stop_reason is None:
-            self.mode.refill(self)
 
     def _on_client_left(self, tid: int) -> None:
         task = self.tasks.get(tid)
@@ -436,7 +497,7 @@ class FleetSimulator:
             task.in_flight = False
             self.acct.detached_tasks += 1
             self.mode.on_task_detached(self, task)
-        self.mode.refill(self)
+        self._refill()
 
     def _on_timeout(self, tid: int) -> None:
         task = self.tasks.get(tid)
@@ -458,11 +519,11 @@ class FleetSimulator:
             if self.cfg.timeout_frees_slot and task.in_flight:
                 self._leaves_flight(task)
                 task.in_flight = False
-        self.mode.refill(self)
+        self._refill()
 
     def _on_wake(self, _payload) -> None:
         self._wake_pending = False  # WAKE events come only from schedule_wake, one at a time
-        self.mode.refill(self)
+        self._refill()
 
     # ------------------------------------------------------------ aggregation
     def aggregate(self, updates: list[Update]) -> None:

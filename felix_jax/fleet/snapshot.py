@@ -48,7 +48,7 @@ import numpy as np
 if TYPE_CHECKING:
     from .simulator import FleetSimulator
 
-FORMAT = 1
+FORMAT = 2  # 2: a serial server's queue (fleet/reading.py)
 LATEST = "LATEST"
 _HOST_JSON, _HOST_NPZ, _DEVICE = "host.json", "host.npz", "device"
 _CHECKSUMS = "CHECKSUMS.json"  # sha256 of every other file of a snapshot, written last
@@ -290,6 +290,7 @@ def _state(sim: "FleetSimulator") -> dict:
                   "evals_this_round": sim._evals_this_round, "last_notify_t": sim._last_notify_t,
                   "events": sim._events, "time_to_target": sim._time_to_target,
                   "test_eval_calls": sim._test_eval_calls},
+        "server": {"queue": list(sim._server_queue), "serving": sim._serving, "free_at": sim._server_free_at},
         "params": sim.params,
         "server_opt_state": sim.server_opt_state,
         "rng": sim.rng.bit_generator.state,
@@ -345,6 +346,9 @@ def _apply(sim: "FleetSimulator", s: dict) -> None:
     sim._evals_this_round, sim._last_notify_t = c["evals_this_round"], c["last_notify_t"]
     sim._events, sim._time_to_target = c["events"], c["time_to_target"]
     sim._test_eval_calls = c["test_eval_calls"]  # the whole run's, not only the resumed part
+    server = s["server"]
+    sim._server_queue = [int(t) for t in server["queue"]]
+    sim._serving, sim._server_free_at = bool(server["serving"]), float(server["free_at"])
     sim.params, sim.server_opt_state = s["params"], s["server_opt_state"]
     sim.rng.bit_generator.state = s["rng"]
     sim.queue.load_state_dict(s["queue"])

@@ -54,14 +54,26 @@ def _durations(view, clients: np.ndarray | None = None) -> np.ndarray:
     return np.where(np.isfinite(observed), observed, view.registered_duration_s[clients])
 
 
-def _t_pref(view, t_pref_over: str, threshold: float) -> float:
+def _t_pref(view, t_pref_over: str, threshold: float, eligible_mask: np.ndarray, num_eligible: int,
+            unknown_s: float) -> float:
     """``T_pref``, a percentile of durations.
 
     "explored": of the observed durations of the explored clients (kept in order by the view);
-    "registered": of every client's duration, observed or else registered, where known.
+    "registered": of every client's duration, observed or else registered, where known;
+    "eligible_unsorted" / "all_unsorted": the FeLiX code's, the duration of the one client at position
+    ``int(n thr / 100)`` of the eligible (or all) clients in client order, ``unknown_s`` if never trained.
     """
     if t_pref_over == "explored":
         return preferred_duration_sorted(view.explored_durations(), threshold)
+    if t_pref_over in ("eligible_unsorted", "all_unsorted"):
+        n = num_eligible if t_pref_over == "eligible_unsorted" else view.num_clients
+        if n == 0 or threshold >= 100.0:
+            return float("inf")
+        rank = min(int(n * float(threshold) / 100.0), n - 1)  # the list's order is client order
+        client = rank if t_pref_over == "all_unsorted" else int(
+            _ids_at_ranks(lambda a, b: eligible_mask[a:b], np.array([rank]))[0])
+        d = float(view.duration_s[client])
+        return d if np.isfinite(d) else float(unknown_s)
     durations = _durations(view)
     return preferred_duration(durations[np.isfinite(durations)], threshold)
 
@@ -102,7 +114,10 @@ def make_oort_selector(config: OortConfig = OortConfig()) -> Selector:
     def select(state: OortState, ctx: SelectionContext, k: int):
         view = ctx.view
         pstate, exploited, base = state.pacer, state.exploited, state.exploited_trained
-        if ctx.round > state.round:  # one pacer record per aggregation round
+        per_call = config.pacer_rule == "raise_only_per_call"
+        if per_call and ctx.round % config.pacer_step == 0:  # the FeLiX code checks at every call of such a round
+            pstate = pacer.raise_only(pstate)
+        if not per_call and ctx.round > state.round:  # one pacer record per aggregation round
             reported = view.times_trained[exploited] > base
             pstate = pacer.update(pstate, pacer_input(view.utility[exploited[reported]]))
             exploited, base = _NO_CLIENTS, _NO_CLIENTS
@@ -123,7 +138,8 @@ def make_oort_selector(config: OortConfig = OortConfig()) -> Selector:
         n_explore, n_exploit = split_explore_exploit(int(k), eps, num_unexplored, len(explored),
                                                      config.split_rounding, absorb=config.shortfall == "exploit",
                                                      explore_draw=draw)
-        t_pref = _t_pref(view, config.t_pref_over, pstate.threshold)
+        t_pref = _t_pref(view, config.t_pref_over, pstate.threshold, eligible_mask, num_eligible,
+                         config.unknown_duration_s)
 
         def unexplored_rows(start, stop):  # eligible & ~explored, rows [start, stop)
             return np.greater(eligible_mask[start:stop], explored_mask[start:stop])
@@ -171,6 +187,8 @@ def make_oort_selector(config: OortConfig = OortConfig()) -> Selector:
                 rest = eligible[~np.isin(eligible, clients)]
                 clients = np.concatenate([clients, ctx.rng.permutation(rest)[:missing]])
             exhausted = exhausted or len(explored_all) == view.num_clients
+        if per_call and len(exploit_pick):  # a record per call that exploited: their mean current U
+            pstate = pacer.record(pstate, float(np.mean(view.utility[exploit_pick])))
         new = ~np.isin(exploit_pick, exploited)
         exploited = np.concatenate([exploited, exploit_pick[new]])
         base = np.concatenate([base, view.times_trained[exploit_pick[new]]])

@@ -37,7 +37,8 @@ __all__ = ["OORT_VARIANTS", "OortConfig", "Pacer", "PacerState", "order_statisti
 
 _SPLIT_ROUNDINGS = ("floor_exploit", "floor_explore", "binomial_explore")
 _SHORTFALLS = ("exploit", "random")
-_T_PREF_POPULATIONS = ("explored", "registered")
+_T_PREF_POPULATIONS = ("explored", "registered", "eligible_unsorted", "all_unsorted")
+_PACER_RULES = ("oort", "raise_only_per_call")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,18 +98,31 @@ class OortConfig:
     prior_cap: int | None = None
     # T_pref population: "explored" = observed durations of explored clients (FeLiX); "registered" = every
     # client, its observed duration or else its registered (profile) one (FedScale, Oort repository).
+    # The FeLiX code as it ran (docs/readings.md, A4): "eligible_unsorted" = the duration at position
+    # int(n thr / 100) of the *unsorted* list, in client order, of the clients eligible now (async,
+    # async_oort.py:480-523); "all_unsorted" = the same over every client (sync, oort.py:427-467); a client
+    # never trained counts as ``unknown_duration_s`` in both.
     t_pref_over: str = "explored"
+    unknown_duration_s: float = 60.0
+    # "oort": Oort's two-way pacer, one record per aggregation round. "raise_only_per_call": the FeLiX
+    # code's (A6, async_oort.py:396-418, 602-616, 1301): a record per selection call that exploited (the
+    # mean current U of the exploited clients), checked at every call in every pacer_step-th round: the
+    # threshold rises by pacer_delta when the sum of the older pacer_step records exceeds the newer's;
+    # it never falls.
+    pacer_rule: str = "oort"
     # False: U' = clipped U (FeLiX). True: Oort's normaliser, see normalised_utilities (FedScale, Oort repo).
     normalize_utility: bool = False
     abs_scores: bool = False  # exploit scores taken as |score| (FedScale)
 
     def __post_init__(self):
         for name, allowed in (("split_rounding", _SPLIT_ROUNDINGS), ("shortfall", _SHORTFALLS),
-                              ("t_pref_over", _T_PREF_POPULATIONS)):
+                              ("t_pref_over", _T_PREF_POPULATIONS), ("pacer_rule", _PACER_RULES)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"OortConfig.{name} must be one of {allowed}, not {getattr(self, name)!r}")
         if self.sample_window <= 0:
             raise ValueError("OortConfig.sample_window must be > 0")
+        if not (self.unknown_duration_s > 0 and np.isfinite(self.unknown_duration_s)):
+            raise ValueError("OortConfig.unknown_duration_s must be a finite number of seconds > 0")
 
     @classmethod
     def felix(cls, **overrides) -> "OortConfig":
@@ -390,6 +404,21 @@ class Pacer:
 
     def init(self, threshold: float = 30.0) -> PacerState:
         return PacerState(float(threshold))
+
+    def record(self, state: PacerState, utility: float) -> PacerState:
+        """The raise-only pacer's record (no decision): the last ``2 step`` records are kept."""
+        return PacerState(state.threshold, state.rounds + 1, (state.history + (float(utility),))[-2 * self.step:])
+
+    def raise_only(self, state: PacerState) -> PacerState:
+        """The FeLiX code's check (async_oort.py:396-418): with ``2 step`` records, the threshold rises by
+        ``delta`` (capped at 100) when the older ``step`` records sum to more than the newer ``step``;
+        it never falls."""
+        if len(state.history) < 2 * self.step:
+            return state
+        previous, current = sum(state.history[-2 * self.step:-self.step]), sum(state.history[-self.step:])
+        if previous > current:
+            return dataclasses.replace(state, threshold=min(100.0, state.threshold + self.delta))
+        return state
 
     def update(self, state: PacerState, round_utility: float) -> PacerState:
         history = (state.history + (float(round_utility),))[-2 * self.step:]

@@ -1,0 +1,301 @@
+"""The two readings of the paper (felix_jax/fleet/reading.py): each switch of the code's reading
+against hand-computed values, and the bundles as each strategy resolves them."""
+
+import math
+
+import jax
+import numpy as np
+import pytest
+
+from felix_jax.cohort import LocalTrainConfig
+from felix_jax.cohort.local import local_train
+from felix_jax.data.federated import to_device
+from felix_jax.data.partition import partition_from_counts
+from felix_jax.experiment import get_preset
+from felix_jax.experiment.runner import build_simulator, fleet_config
+from felix_jax.fleet import Interruption, task_timeline
+from felix_jax.fleet.clientmap import ClientMap
+from felix_jax.fleet.knowledge import Knowledge
+from felix_jax.fleet.modes import AsyncMode
+from felix_jax.fleet.reading import Reading
+from felix_jax.options import OptionError
+from felix_jax.policies.selectors.base import SelectionContext
+from felix_jax.policies.selectors.oort import make_oort_selector
+from felix_jax.policies.selectors.oort_math import OortConfig, Pacer, PacerState
+from tests.conftest import make_image_dataset
+from tests.test_fleet import MODEL, E, T, U, make_sim, trace_of
+
+CODE = Reading.paper_code()
+
+
+# ------------------------------------------------------------------ utility (A1, A3)
+def test_utility_batch_scale_is_the_texts():
+    # 32 samples at loss 1.5: sumsq = 32 * 2.25 = 72; U = sqrt(32 * 72) = 48
+    assert Reading().utility(32.0, 72.0, 114) == pytest.approx(48.0)
+
+
+def test_utility_dataset_scale_multiplies_by_the_clients_data_size():
+    # the code's U = sqrt(N x first-batch sum): N = 114 -> sqrt(114 * 72) = 90.598...
+    assert CODE.utility(32.0, 72.0, 114) == pytest.approx(math.sqrt(8208.0))
+
+
+def test_eval_reply_carries_the_previous_utility_into_the_accumulator():
+    # AS-RUN A3: one eval inflates U ~1.5x at N = 114 and ~2.25x at N = 1,193 (loss 1.5)
+    for n, ratio in ((114, 1.50), (1193, 2.25)):
+        u_train = CODE.utility(32.0, 72.0, n)
+        u_eval = CODE.utility(32.0, 72.0, n, previous=u_train)
+        assert u_eval == pytest.approx(math.sqrt(n * (u_train + 72.0)))
+        assert u_eval / u_train == pytest.approx(ratio, abs=0.02)
+    # the text's reading: a clean measurement, whatever came before
+    assert Reading().utility(32.0, 72.0, 114, previous=1e6) == pytest.approx(48.0)
+
+
+# ------------------------------------------------------------------ bundles
+@pytest.mark.parametrize("strategy, interruption, departure", [
+    ("felix", "run_to_end_hold", "keep_slot"),  # TierTrack: the held send; no oracle
+    ("oort-async", "run_to_end", "keep_slot"),
+    ("oort-async-oracle", "run_to_end", "free_slot"),  # C7: the async oracle frees the slot
+    ("oort-oracle", "run_to_end", "keep_slot"),  # F4: the sync one does not
+    ("oort", "run_to_end", "keep_slot"),
+])
+def test_paper_code_resolves_what_each_strategy_ran_with(strategy, interruption, departure):
+    sc = get_preset("tiny").with_overrides({"strategy": strategy, "semantics": "paper_code"})
+    cfg = fleet_config(sc, sc.resolve_strategy().strategy)
+    assert cfg.interruption.value == interruption and cfg.oracle_departure == departure
+    assert cfg.reading.semantics == "paper_code" and cfg.reading.server_per_message_s == 0.2
+
+
+def test_the_papers_reading_changes_nothing():
+    sc = get_preset("tiny").with_overrides({"strategy": "felix"})
+    cfg = fleet_config(sc, sc.resolve_strategy().strategy)
+    assert cfg.reading == Reading() and cfg.interruption is Interruption.RESUME and not cfg.reading.serial_server
+    assert sc.resolve_strategy().selector == OortConfig()
+
+
+def test_one_switch_flips_on_top_of_the_bundle_and_a_scenario_option_wins_over_it():
+    sc = get_preset("tiny").with_overrides({"strategy": "oort-async", "semantics": "paper_code",
+                                            "reading.server_per_message_s": "0", "reading.interruption": "resume",
+                                            "selector.cut_off": "0.05"})
+    cfg = fleet_config(sc, sc.resolve_strategy().strategy)
+    assert cfg.reading.server_per_message_s == 0.0 and cfg.interruption is Interruption.RESUME
+    assert cfg.reading.utility_scale == "dataset"  # the rest of the bundle stays
+    sel = sc.resolve_strategy().selector
+    assert (sel.cut_off, sel.t_pref_over, sel.pacer_rule) == (0.05, "eligible_unsorted", "raise_only_per_call")
+    sync = get_preset("tiny").with_overrides({"strategy": "oort", "semantics": "paper_code"}).resolve_strategy()
+    assert sync.selector.t_pref_over == "all_unsorted"  # sync OORT's list holds every client
+    fedscale = get_preset("tiny").with_overrides({"strategy": "oort-oracle-fedscale", "semantics": "paper_code"})
+    assert fedscale.resolve_strategy().selector.t_pref_over == "registered"  # another variant keeps its own
+
+
+def test_bad_reading_options_are_one_line():
+    for overrides, match in (({"semantics": "code"}, "semantics"),
+                             ({"reading.utility_scale": "huge"}, "utility_scale"),
+                             ({"reading.server_per_aggregation_s": "-1"}, "server_per_aggregation_s"),
+                             ({"reading.nope": "1"}, "reading.nope"),
+                             ({"reading.semantics": "paper_code"}, "semantics")):
+        with pytest.raises(OptionError, match=match):
+            get_preset("tiny").with_overrides(overrides)
+
+
+# ------------------------------------------------------------------ lifecycle (E1)
+def test_held_send_waits_while_the_client_is_away_but_not_in_avl_eval():
+    away = trace_of([(0, T), (10, U), (50, T)])
+    train = frozenset({T})
+    end = task_timeline(away, 0, 0.0, 20.0, train, Interruption.RUN_TO_END)
+    hold = task_timeline(away, 0, 0.0, 20.0, train, Interruption.RUN_TO_END_HOLD)
+    assert (end.finish_s, end.first_stop_s) == (20.0, 10.0)  # sent at once though the client is away
+    assert (hold.finish_s, hold.first_stop_s, hold.interruptions) == (50.0, 10.0, 0)  # held until it is back
+    assert task_timeline(away, 0, 0.0, 5.0, train, Interruption.RUN_TO_END_HOLD).finish_s == 5.0
+    evals = trace_of([(0, T), (10, E), (30, U), (50, T)])
+    assert task_timeline(evals, 0, 0.0, 20.0, train, Interruption.RUN_TO_END_HOLD).finish_s == 20.0  # AVL_EVAL
+    assert task_timeline(evals, 0, 0.0, 35.0, train, Interruption.RUN_TO_END_HOLD).finish_s == 50.0
+    gone = trace_of([(0, T), (10, U)])
+    assert math.isinf(task_timeline(gone, 0, 0.0, 20.0, train, Interruption.RUN_TO_END_HOLD).finish_s)
+
+
+# ------------------------------------------------------------------ selection (A4, A6)
+def _view(durations, eligible):
+    view = ClientMap.create(np.full(len(durations), 64))
+    for c, d in enumerate(durations):
+        view.record_utility(c, 10.0 + c, 1)
+        if np.isfinite(d):
+            view.record_training(c, d)
+    mask = np.zeros(len(durations), bool)
+    mask[eligible] = True
+    return view, mask
+
+
+def test_t_pref_is_one_eligible_clients_duration_in_client_order():
+    durations = [50.0, 5.0, 40.0, 3.0, np.nan, 7.0, 9.0, 2.0, 8.0, 1.0]
+    view, mask = _view(durations, [0, 2, 3, 4, 6, 7, 8, 9])
+    cfg = OortConfig(t_pref_over="eligible_unsorted")
+    sel = make_oort_selector(cfg)
+    ctx = SelectionContext(view, mask, 5, 0.0, np.random.default_rng(0), None, 8)
+    _, state = sel.select(sel.init(), ctx, 1)
+    assert state.t_pref == 3.0  # int(8 * 30 / 100) = 2: the third eligible client (3), unsorted
+    cfg40 = OortConfig(t_pref_over="eligible_unsorted", round_threshold=40.0)
+    _, state = make_oort_selector(cfg40).select(make_oort_selector(cfg40).init(), ctx, 1)
+    assert state.t_pref == 60.0  # int(8 * 0.4) = 3: client 4, never trained: 60 s
+    sync = OortConfig(t_pref_over="all_unsorted")
+    _, state = make_oort_selector(sync).select(make_oort_selector(sync).init(), ctx, 1)
+    assert state.t_pref == 3.0  # int(10 * 0.3) = 3 of all clients: client 3
+    sorted_cfg = OortConfig()
+    _, state = make_oort_selector(sorted_cfg).select(make_oort_selector(sorted_cfg).init(), ctx, 1)
+    assert state.t_pref == 3.0  # the text: sorted explored durations [1,2,3,5,...], index int(9 * 0.3) = 2
+
+
+def test_raise_only_pacer_by_hand():
+    pacer = Pacer(step=2, delta=5.0)
+    state = PacerState(30.0)
+    for u in (5.0, 5.0, 1.0):
+        state = pacer.record(state, u)
+    assert pacer.raise_only(state).threshold == 30.0  # fewer than 2 steps of records: no decision
+    state = pacer.record(state, 1.0)  # older 5 + 5 > newer 1 + 1
+    assert pacer.raise_only(state).threshold == 35.0
+    assert pacer.raise_only(pacer.raise_only(state)).threshold == 40.0  # checked again, raised again
+    rising = PacerState(30.0, 4, (1.0, 1.0, 5.0, 5.0))
+    assert pacer.raise_only(rising).threshold == 30.0  # never falls
+    assert pacer.raise_only(PacerState(98.0, 4, (5.0, 5.0, 1.0, 1.0))).threshold == 100.0
+
+
+def test_per_call_pacer_records_each_exploiting_call_and_checks_only_in_every_step_th_round():
+    view, mask = _view([5.0] * 10, list(range(10)))
+    cfg = OortConfig(pacer_rule="raise_only_per_call", pacer_step=2, exploration_factor=0.0, exploration_min=0.0)
+    sel = make_oort_selector(cfg)
+    state = sel.init()
+    rng = np.random.default_rng(0)
+    for _ in range(4):  # round 1: records, no check
+        _, state = sel.select(state, SelectionContext(view, mask, 1, 0.0, rng, None, 10), 1)
+    assert len(state.pacer.history) == 4 and state.pacer.threshold == 30.0
+    falling = PacerState(30.0, 4, (50.0, 50.0, 1.0, 1.0))
+    _, after = sel.select(state._replace(pacer=falling), SelectionContext(view, mask, 2, 0.0, rng, None, 10), 1)
+    assert after.pacer.threshold == 35.0  # round 2 = a multiple of the step: checked at the call
+    _, after = sel.select(state._replace(pacer=falling), SelectionContext(view, mask, 3, 0.0, rng, None, 10), 1)
+    assert after.pacer.threshold == 30.0
+
+
+# ------------------------------------------------------------------ local training (A1, A2)
+def test_small_clients_take_no_step_under_the_codes_loader():
+    text, code = LocalTrainConfig(batch_size=32), LocalTrainConfig(batch_size=32, min_one_step=False)
+    counts = np.array([1, 31, 32, 70])
+    assert text.num_steps(counts).tolist() == [1, 1, 1, 2]
+    assert code.num_steps(counts).tolist() == [0, 0, 1, 2]
+
+
+def _train_one(cfg, num_steps):
+    ds = make_image_dataset(num_train=40, num_test=8)
+    data = to_device(ds, partition_from_counts(40, np.array([20, 20]), seed=0))
+    params = MODEL.init(jax.random.key(0))
+    return params, local_train(MODEL, cfg, 2, params, data, 0, jax.random.key(1), num_steps)
+
+
+def test_a_zero_step_client_reports_a_zero_delta_and_zero_utility_statistics():
+    cfg = LocalTrainConfig(batch_size=32, min_one_step=False, augment=True, utility_on_augmented=True)
+    _, out = _train_one(cfg, cfg.num_steps(np.array([20]))[0])
+    assert all(float(np.abs(d).max()) == 0.0 for d in jax.tree_util.tree_leaves(out.delta))
+    assert float(out.first_batch.count) == 0.0 and CODE.utility(out.first_batch.count, out.first_batch.sumsq, 20) == 0
+
+
+def test_utility_on_the_augmented_batch_is_the_first_steps_own_losses():
+    clean = LocalTrainConfig(batch_size=8, augment=True)
+    augmented = LocalTrainConfig(batch_size=8, augment=True, utility_on_augmented=True)
+    _, a = _train_one(clean, 1)
+    _, b = _train_one(augmented, 1)
+    assert float(a.first_batch.count) == float(b.first_batch.count) == 8.0
+    assert float(a.first_batch.sumsq) != float(b.first_batch.sumsq)  # crop+flip changes the losses
+    assert float(b.first_batch.sumsq) == pytest.approx(float(b.all_steps.sumsq))  # one step: the same batch
+
+
+# ------------------------------------------------------------------ the serial server (C1-C3), A5
+def test_serial_server_queues_replies_and_blocks_after_an_aggregation():
+    # three clients of 10 s, c = 3, K = 3; 0.2 s per message, 1.0 s after an aggregation. Replies reach the
+    # server at 10 s and are processed at 10.2, 10.4, 10.6; clients 0 and 1 go out again at 10.2 and 10.4
+    # (from version 0), the aggregation at 10.6 blocks until 11.6, when client 2 goes out (from version 1).
+    # Round 2: replies at 20.2, 20.4, 21.6 are processed at 20.4, 20.6, 21.8.
+    always3 = trace_of([(0, T)], [(0, T)], [(0, T)])
+    reading = Reading(server_per_message_s=0.2, server_per_aggregation_s=1.0, duration_source="measured")
+    sim = make_sim(always3, [10.0] * 3, concurrency=3, goal=3, max_aggregations=2, reading=reading)
+    rec = sim.run()
+    assert rec.aggregation_times == pytest.approx([0.0, 10.6, 21.8])
+    assert rec.accounting.staleness == [0, 0, 0, 1, 1, 0]
+    # measured durations: dispatch to processing, the queue included
+    assert sim.view.duration_s.tolist() == pytest.approx([20.4 - 10.2, 20.6 - 10.4, 21.8 - 11.6])
+    free = make_sim(always3, [10.0] * 3, concurrency=3, goal=3, max_aggregations=2).run()
+    assert free.aggregation_times == [0.0, 10.0, 20.0]
+
+
+def test_serial_server_run_resumes_from_a_snapshot_exactly(tmp_path):
+    from tests.test_snapshot import Killed, assert_same_run
+    from felix_jax.fleet.snapshot import SnapshotPolicy
+
+    sc = get_preset("tiny").with_overrides({"strategy": "felix", "semantics": "paper_code", "availability": "avail50",
+                                            "max_aggregations": "12", "target_accuracy": "none",
+                                            "eval_selector.min_age": "2"})
+    reference = build_simulator(sc).run()
+    assert reference.accounting.replies_eval > 0  # the eval tier ran: its replies queue too
+
+    def on_saved(path):
+        if path.name.startswith("snap-000008-"):
+            raise Killed
+
+    sim = build_simulator(sc)
+    sim.snapshot = SnapshotPolicy(tmp_path, every_aggregations=4, on_saved=on_saved)
+    with pytest.raises(Killed):
+        sim.run()
+    resumed = build_simulator(sc)
+    resumed.restore(tmp_path)
+    assert_same_run(reference, resumed.run())
+
+
+# ------------------------------------------------------------------ oracle clients (F2, C7)
+def test_oracle_clients_that_never_leave_reply_on_time_and_free_slot_still_frees_the_slot():
+    # client 0 leaves at 5 s until 100 s; client 1 is always there. Oracle, c = 2, K = 1, 10 s tasks.
+    tr = trace_of([(0, T), (5, U), (100, T)], [(0, T)])
+    follow = make_sim(tr, [10.0, 10.0], knowledge="oracle", max_aggregations=2).run()
+    assert follow.aggregation_times == [0.0, 10.0, 20.0]  # client 1 twice; client 0's task waits for 100 s
+    stays = Reading(oracle_clients="always_available")
+    sim = make_sim(tr, [10.0, 10.0], knowledge="oracle", max_aggregations=2, reading=stays)
+    assert sim.run().aggregation_times == [0.0, 10.0, 10.0]  # both reply at 10 s
+    sim = make_sim(tr, [10.0, 10.0], knowledge="oracle", max_aggregations=2, reading=stays,
+                   oracle_departure="free_slot")
+    rec = sim.run()
+    assert rec.accounting.detached_tasks == 1  # the trace's departure at 5 s freed client 0's slot
+    assert rec.aggregation_times == [0.0, 10.0, 10.0]  # and its update still counts
+
+
+# ------------------------------------------------------------------ sync stragglers (A14), slots (B3)
+def test_sync_straggler_is_never_recorded_under_the_codes_reading():
+    tr = trace_of([(0, T)], [(0, T)], [(0, T)])
+    for records, trained in ((True, 1), (False, 0)):
+        sim = make_sim(tr, [10.0, 20.0, 30.0], mode="sync", goal=2, overcommit=1.5, max_aggregations=2,
+                       aggregator="fedavg", reading=Reading(sync_records_stale=records))
+        sim.run()  # client 2's reply at 30 s is stale (its round closed at 20 s)
+        assert sim.view.times_trained[2] == trained
+        assert (sim.view.utility_round[2] >= 0) == records and np.isfinite(sim.view.duration_s[2]) == records
+
+
+class _FakeSim:
+    def __init__(self, reading, train, evals):
+        self.cfg = type("Cfg", (), {"concurrency": 30})()
+        self.reading, self.eval_selector, self.eval_budget, self._evals_this_round = reading, None, 0, 0
+        self._in_flight, self.asked = {"train": train, "eval": evals}, []
+
+    def refresh_view(self):
+        pass
+
+    def in_flight_count(self, kind):
+        return self._in_flight[kind]
+
+    def select_and_dispatch(self, k, kind):
+        self.asked.append(k)
+        return max(k, 0)
+
+    def schedule_wake(self):
+        pass
+
+
+def test_eval_tasks_take_training_slots_under_the_codes_reading():
+    text, code = _FakeSim(Reading(), 25, 3), _FakeSim(Reading(eval_counts_toward_concurrency=True), 25, 3)
+    AsyncMode().refill(text)
+    AsyncMode().refill(code)
+    assert text.asked == [5] and code.asked == [2]
