@@ -299,3 +299,17 @@ def test_eval_tasks_take_training_slots_under_the_codes_reading():
     AsyncMode().refill(text)
     AsyncMode().refill(code)
     assert text.asked == [5] and code.asked == [2]
+
+
+# ------------------------------------------------------------------ per-round exclusion (A11)
+def test_every_async_strategy_excludes_a_picked_client_until_the_round_ends_and_a_timeout_releases_it():
+    # client 1 is away until 1000 s; c = 2, K = 2, no availability knowledge. Both go out at 0 s.
+    tr = trace_of([(0, T)], [(0, U), (1000, T)])
+    free = make_sim(tr, [10.0, 10.0], goal=2, max_aggregations=1, max_s=2000.0).run()
+    assert free.aggregation_times == [0.0, 20.0]  # the text: client 0 goes out again at 10 s, same round
+    code = Reading(async_exclusion="every_async")
+    rec = make_sim(tr, [10.0, 10.0], goal=2, max_aggregations=1, max_s=2000.0, reading=code).run()
+    assert rec.aggregation_times == [0.0, 1010.0]  # the code: client 0 waits for the round to end
+    sim = make_sim(tr, [10.0, 10.0], goal=2, max_aggregations=1, max_s=500.0, reading=code)
+    sim.run()
+    assert sim.acct.timeouts == 1 and sim.view.last_selected_round.tolist() == [0, -1]  # released at 90 s

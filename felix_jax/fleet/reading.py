@@ -38,6 +38,7 @@ _CHOICES = {
     "eval_utility": ("fresh", "accumulate"),
     "duration_source": ("work", "measured"),
     "oracle_clients": ("follow_trace", "always_available"),
+    "async_exclusion": ("text", "every_async"),
     "interruption": (None, AS_RAN) + tuple(i.value for i in Interruption),
     "oracle_departure": (None, AS_RAN, "keep_slot", "free_slot"),
 }
@@ -95,6 +96,11 @@ class Reading:
     # A14: sync OORT skips a stale reply before any bookkeeping (OTA:76-78, 104-106): a straggler's
     # utility and duration are never recorded. True: every reply records them.
     sync_records_stale: bool = True
+    # A11: "every_async": every async strategy excludes a picked client for the rest of the aggregation round
+    # (AO:722-873, 1307-1327), released early when its task times out (AO:1241-1295) or its client leaves
+    # (a TierTrack notification or the oracle's departure, AO:875-916); "text": only TierTrack and a
+    # free-slot oracle exclude, and nothing releases it.
+    async_exclusion: str = "text"
 
     def __post_init__(self):
         for name, allowed in _CHOICES.items():
@@ -126,7 +132,8 @@ class Reading:
                       "interruption": AS_RAN, "oracle_departure": AS_RAN, "oracle_clients": "always_available",
                       "server_per_message_s": 0.2, "server_per_message_sync_s": 0.0,
                       "server_per_aggregation_s": PAPER_CODE_AGGREGATION_S,
-                      "eval_counts_toward_concurrency": True, "sync_records_stale": False, **overrides})
+                      "eval_counts_toward_concurrency": True, "sync_records_stale": False,
+                      "async_exclusion": "every_async", **overrides})
 
     def resolved(self, mode: str, knowledge: Knowledge) -> "Reading":
         """This reading for one strategy: ``"as_ran"`` switches take that strategy's value."""

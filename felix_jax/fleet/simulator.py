@@ -190,6 +190,8 @@ class FleetSimulator:
         self._server_queue: list[int] = []
         self._serving = False  # a SERVED event is queued for the head of _server_queue
         self._server_free_at = 0.0
+        # every async strategy excludes a picked client for the rest of the round (reading.async_exclusion)
+        self._excludes_until_aggregation = config.mode == "async" and self.reading.async_exclusion == "every_async"
         self._eval_samples = np.minimum(counts, engine.num_eval_batches(np.arange(len(counts)), t0)
                                         * engine.train_cfg.batch_size)
 
@@ -295,7 +297,7 @@ class FleetSimulator:
         if k <= 0:
             return 0
         if kind == "train":
-            once = self.cfg.detaches_on_departure
+            once = self.cfg.detaches_on_departure or self._excludes_until_aggregation
             eligible = self.view.trainable(self.round, once)
             num_eligible = self.view.num_trainable(self.round, once)
             selector, state = self.selector, self._sel_state
@@ -497,6 +499,7 @@ class FleetSimulator:
             task.in_flight = False
             self.acct.detached_tasks += 1
             self.mode.on_task_detached(self, task)
+            self._release_exclusion(task)
         self._refill()
 
     def _on_timeout(self, tid: int) -> None:
@@ -505,6 +508,7 @@ class FleetSimulator:
             return
         task.timed_out = True
         self.acct.timeouts += 1
+        self._release_exclusion(task)
         if task.timeline.abandoned:  # the client dropped it: the server gives up on it now
             self.tasks.pop(tid)
             self.executor.discard(tid)
@@ -520,6 +524,12 @@ class FleetSimulator:
                 self._leaves_flight(task)
                 task.in_flight = False
         self._refill()
+
+    def _release_exclusion(self, task: Task) -> None:
+        """The FeLiX code releases a client's per-round exclusion at its departure or its task's timeout."""
+        if self._excludes_until_aggregation and task.kind == "train" \
+                and self.view.last_selected_round[task.client] == self.round:
+            self.view.mark_selected(task.client, -1)
 
     def _on_wake(self, _payload) -> None:
         self._wake_pending = False  # WAKE events come only from schedule_wake, one at a time
