@@ -6,8 +6,8 @@
 Short capped runs (cadence, staleness, picks and weights do not need the learner to converge)
 of the ``cifar10-longhorizon`` preset, seed 0, each cell in the paper's reading (``semantics=paper``)
 and in its code's reading (``semantics=paper_code``); then, for every calibration fact the
-authors' outputs give (shared AS-RUN.md "Calibration facts"), the paper's value, each reading's and
-their ratio to the paper's. One row is the fit, every other is a check:
+authors' printed outputs and the paper give (docs/readings.md, "Calibration facts"), the paper's
+value, each reading's and their ratio to the paper's. One row is the fit, every other is a check:
 
 * fitted: ``reading.server_per_aggregation_s`` (the inline test evaluation's blocking time) so that
   FeLiX on ``ref:syn_0`` from t = 0 takes ~5.0 s of virtual time per aggregation (the authors'

@@ -36,6 +36,31 @@ def _parse_sets(items: list[str]) -> dict[str, str]:
     return out
 
 
+def _print_readings() -> None:
+    """The two readings' switches side by side, with the authors' file:line each reproduces."""
+    import dataclasses
+
+    from .fleet.reading import SWITCH_SOURCES, Reading
+    from .options import to_json
+
+    text, code = Reading.paper(), Reading.paper_code()
+    print("readings (--set semantics=paper|paper_code; one switch on top: --set reading.KEY=V; "
+          "'as_ran': each strategy's own, none: the scenario field's; docs/readings.md):")
+    print(f"  {'switch':<32} {'paper':<14} {'paper_code':<18} source")
+    for f in dataclasses.fields(Reading):
+        if f.name == "semantics":
+            continue
+        a, b = to_json(getattr(text, f.name)), to_json(getattr(code, f.name))
+        print(f"  {f.name:<32} {str(a):<14} {str(b):<18} {SWITCH_SOURCES.get(f.name, '')}")
+    from .policies.selectors.oort_math import OortConfig
+
+    sync = code.selector_options("sync")
+    for key, value in code.selector_options("async").items():
+        source = next((v for k, v in SWITCH_SOURCES.items() if k.startswith("selector.") and key in k), "")
+        shown = value if sync[key] == value else f"{value} (sync: {sync[key]})"
+        print(f"  {'selector.' + key:<32} {str(to_json(getattr(OortConfig(), key))):<14} {str(shown):<18} {source}")
+
+
 def _print_listing() -> None:
     from .experiment import PRESETS, STRATEGIES
     from .experiment.registry import AVAILABILITY, DEVICE_PROFILES, MODELS
@@ -71,6 +96,7 @@ def _print_listing() -> None:
             print(f"  {kind} {name}:" + (" no options" if not lines else ""))
             for line in lines:
                 print(f"      {line}")
+    _print_readings()
     from .data.streams import StreamConfig
     from .fleet.update_guard import UpdateGuardConfig
     from .options import OptionSpec

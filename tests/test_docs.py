@@ -68,7 +68,7 @@ def test_architecture_paths_exist():
 
 def test_docs_are_linked_from_readme():
     readme = (ROOT / "README.md").read_text()
-    for name in ("architecture.md", "file-formats.md", "results.md"):
+    for name in ("architecture.md", "file-formats.md", "results.md", "readings.md"):
         assert (DOCS / name).is_file(), f"docs/{name} is missing"
         assert f"(docs/{name})" in readme, f"README.md does not link docs/{name}"
 

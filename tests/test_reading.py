@@ -313,3 +313,18 @@ def test_every_async_strategy_excludes_a_picked_client_until_the_round_ends_and_
     sim = make_sim(tr, [10.0, 10.0], goal=2, max_aggregations=1, max_s=500.0, reading=code)
     sim.run()
     assert sim.acct.timeouts == 1 and sim.view.last_selected_round.tolist() == [0, -1]  # released at 90 s
+
+
+def test_run_list_shows_every_switch_with_both_values_and_its_source(capsys):
+    import dataclasses
+
+    from felix_jax.cli import _print_readings
+    from felix_jax.fleet.reading import SWITCH_SOURCES
+
+    _print_readings()
+    out = capsys.readouterr().out
+    for f in dataclasses.fields(Reading):
+        if f.name != "semantics":
+            line = next(ln for ln in out.splitlines() if ln.split()[:1] == [f.name])
+            assert SWITCH_SOURCES[f.name] in line
+    assert "selector.pacer_rule" in out and "raise_only_per_call" in out

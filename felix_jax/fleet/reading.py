@@ -190,3 +190,25 @@ PAPER_CODE_AGGREGATION_S = 1.0
 
 
 READING_VARIANTS = {"paper": Reading.paper, "paper_code": Reading.paper_code}
+
+# Where each switch comes from: the audit's id (docs/readings.md) and the authors' file:line (``run --list``).
+SWITCH_SOURCES = {
+    "utility_scale": "A1: trainer.py (HT):578-588",
+    "utility_augmented": "A1: HT:543-576, trainer main.py (TR):337-363",
+    "small_clients": "A2/D3: TR:271-278",
+    "eval_utility": "A3: TR:365-418",
+    "duration_source": "A5/M1: asyncfl top_aggregator.py (ATA):299-431, 869-872; oort top_aggregator (OTA):219-223",
+    "interruption": "E1: TR:296-307, 387-392; HT:303-317",
+    "oracle_departure": "C7/F3/F4: async_oort.py (AO):1185-1202",
+    "oracle_clients": "F2: aggregator main.py (AG):148-181, syncfl top_aggregator (STA):438-489, trainer JSONs",
+    "server_per_message_s": "C1/C3: ATA:191, 777-782, 886-915",
+    "server_per_message_sync_s": "C1: OTA:146-207 (no sleep)",
+    "server_per_aggregation_s": "C2: ATA:907-921, AG:214-247, STA:526-545 (fitted: docs/readings.md)",
+    "eval_counts_toward_concurrency": "B3: AO:233-245, 1206",
+    "sync_records_stale": "A14: OTA:76-78, 104-106",
+    "async_exclusion": "A11: AO:722-873, 875-916, 1241-1295, 1307-1327",
+    "selector.t_pref_over / unknown_duration_s": "A4: AO:480-523, 496-505; oort.py (SO):427-467",
+    "selector.pacer_rule": "A6: AO:396-418, 602-616, 1301; SO:343-365",
+    "selector.clip_bound": "A7: AO:680-694, 714",
+    "selector.cut_off": "A8: AO:334-347",
+}
