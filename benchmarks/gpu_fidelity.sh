@@ -19,6 +19,10 @@
 #                       LH_SEEDS; main strategies on the four regimes, felix-no-eval, felix-no-tierfuse,
 #                       felix-oracle and oort-async-step-matched on 50% and MobiPerf, the oracle's
 #                       departure both ways on MobiPerf. SKIP_LH=1 skips it.
+#   4. paper-paper/, paper-paper_code/ - the paper's own setting (PAPER_PRESET, cifar10-paper: its CNN, full
+#                       CIFAR-10, the 70% target) in both readings (docs/readings.md): PAPER_STRATEGIES on
+#                       PAPER_REGIMES, seeds PAPER_SEEDS, PAPER_CELL_S seconds and PAPER_HOURS virtual hours
+#                       per cell. SKIP_PAPER=1 skips it.
 #
 # Needs FELIX_JAX_DATA (CIFAR-10 and the reference traces). Settings (environment): OUT, PYTHON,
 # EVAL_S (45), WORKERS (8), CELL_S (75), MATRIX_S (270), SEEDS (0,1), MAX_HOURS (1.0), REGIMES,
@@ -90,7 +94,7 @@ echo "== 2. cifar10-fidelity matrix: seeds $SEEDS, $WORKERS at a time, ${CELL_S}
   --json "$OUT/fidelity.json" 2>&1 | grep -v "^\[" | tail -60
 fi
 
-[ "${SKIP_LH:-0}" = 1 ] && exit 0
+if [ "${SKIP_LH:-0}" != 1 ]; then
 LH_MODEL=${LH_MODEL:-cifar_cnn}
 LH_HOURS=${LH_HOURS:-6}
 LH_CELL_S=${LH_CELL_S:-240}
@@ -119,3 +123,19 @@ echo "target $TARGET"
   --workers "$WORKERS" --cell-budget-s "$LH_CELL_S" --budget-s "$MATRIX_S" --set model="$LH_MODEL" \
   --set target_accuracy="$TARGET" --set max_virtual_hours="$LH_HOURS" --out "$OUT/longhorizon" \
   --json "$OUT/longhorizon.json" 2>&1 | grep -v "^\[" | tail -80
+fi
+
+[ "${SKIP_PAPER:-0}" = 1 ] && exit 0
+PAPER_PRESET=${PAPER_PRESET:-cifar10-paper}
+PAPER_REGIMES=${PAPER_REGIMES:-ref:syn_0,ref:mobiperf_3st_50}
+PAPER_STRATEGIES=${PAPER_STRATEGIES:-felix,oort-async-oracle,oort-oracle}
+PAPER_CELL_S=${PAPER_CELL_S:-240}
+PAPER_HOURS=${PAPER_HOURS:-24}
+PAPER_SEEDS=${PAPER_SEEDS:-0}
+for sem in paper paper_code; do
+  echo "== 4. $PAPER_PRESET (the paper's CNN, full CIFAR-10, 70%) in the reading semantics=$sem"
+  "$PYTHON" benchmarks/paper_matrix.py --scenario "$PAPER_PRESET" --seeds "$PAPER_SEEDS" --regimes "$PAPER_REGIMES" \
+    --strategies "$PAPER_STRATEGIES" --ablations "" --workers "$WORKERS" --cell-budget-s "$PAPER_CELL_S" \
+    --budget-s "$MATRIX_S" --set semantics=$sem --set max_virtual_hours="$PAPER_HOURS" --out "$OUT/paper-$sem" \
+    --json "$OUT/paper-$sem.json" 2>&1 | grep -v "^\[" | tail -30
+done

@@ -328,3 +328,19 @@ def test_run_list_shows_every_switch_with_both_values_and_its_source(capsys):
             line = next(ln for ln in out.splitlines() if ln.split()[:1] == [f.name])
             assert SWITCH_SOURCES[f.name] in line
     assert "selector.pacer_rule" in out and "raise_only_per_call" in out
+
+
+@pytest.mark.parametrize("strategy", ["felix", "oort", "oort-oracle", "oort-async", "oort-async-oracle", "refl",
+                                      "fedavg", "fedbuff"])
+def test_every_table_1_strategy_runs_in_the_codes_reading_and_records_it(strategy, tmp_path):
+    from felix_jax.experiment.runner import run
+
+    sc = get_preset("tiny").with_overrides({"strategy": strategy, "semantics": "paper_code", "availability": "avail50",
+                                            "max_aggregations": "6", "target_accuracy": "none"})
+    result = run(sc, out_dir=tmp_path, plot=False)
+    assert result.record.stop_reason == "max_aggregations"
+    import json
+    config = json.loads((tmp_path / "config.json").read_text())
+    reading = config["fleet"]["reading"]
+    assert reading["semantics"] == "paper_code" and reading["server_per_message_s"] == 0.2
+    assert config["fleet"]["interruption"] in ("run_to_end", "run_to_end_hold")
