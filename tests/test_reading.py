@@ -344,3 +344,9 @@ def test_every_table_1_strategy_runs_in_the_codes_reading_and_records_it(strateg
     reading = config["fleet"]["reading"]
     assert reading["semantics"] == "paper_code" and reading["server_per_message_s"] == 0.2
     assert config["fleet"]["interruption"] in ("run_to_end", "run_to_end_hold")
+
+
+def test_train_overhead_adds_to_every_training_task():
+    always = trace_of([(0, T)])
+    rec = make_sim(always, [10.0], concurrency=1, max_aggregations=2, reading=Reading(train_overhead_s=2.5)).run()
+    assert rec.aggregation_times == [0.0, 12.5, 25.0]

@@ -5,7 +5,7 @@ A strategy is only named defaults: its policies' options (``selector_options``,
 ``eval_selector_options``, ``aggregator_options``) are fields of the policies'
 frozen configs, and a scenario may override any of them
 (:func:`resolve_strategy`). Which Oort each row runs: every row uses
-``OortConfig()`` (the FeLiX reference code's train selector, the one the paper's
+``OortConfig()`` (FeLiX's train selector as the paper describes it, the one the paper's
 baselines ran in its code base) unless its options name another variant; the
 ``*-fedscale`` ablations run FedScale's Oort (``OortConfig.fedscale()``: Oort's
 normaliser puts utilities on the scale of its staleness bonus, exploration by a

@@ -33,6 +33,8 @@ class FleetConfig:
     # TierTrack over that oracle with the one mechanism the oracle lacks, "to reactively resample when a
     # selected client disappears mid-computation". "free_slot": the server frees the slot at the
     # departure and refills it, as TierTrack does (an oracle that watches the trace during the task).
+    # The authors' async code did free it (async_oort.py:1185-1202), its sync code did not: the
+    # paper_code reading sets that per strategy (docs/readings.md).
     oracle_departure: Literal["keep_slot", "free_slot"] = "keep_slot"
     # the reading of the paper this fleet runs (fleet/reading.py), resolved for its strategy
     reading: Reading = Reading()

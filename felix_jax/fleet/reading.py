@@ -101,6 +101,10 @@ class Reading:
     # (a TierTrack notification or the oracle's departure, AO:875-916); "text": only TierTrack and a
     # free-slot oracle exclude, and nothing releases it.
     async_exclusion: str = "text"
+    # D1: seconds of real training added to every training task's modelled delay (the trainer trains,
+    # then sleeps its delay: TR:289-332). Not in the paper_code bundle: the paper's runs did not log it
+    # (later measurements: 0.2-0.8 s per task).
+    train_overhead_s: float = 0.0
 
     def __post_init__(self):
         for name, allowed in _CHOICES.items():
@@ -109,7 +113,8 @@ class Reading:
                 raise ValueError(f"{name}={getattr(self, name)!r}: must be one of {shown}")
         if self.semantics not in SEMANTICS:
             raise ValueError(f"semantics={self.semantics!r}: must be one of {', '.join(SEMANTICS)}")
-        for name in ("server_per_message_s", "server_per_message_sync_s", "server_per_aggregation_s"):
+        for name in ("server_per_message_s", "server_per_message_sync_s", "server_per_aggregation_s",
+                     "train_overhead_s"):
             v = getattr(self, name)
             if not (v >= 0 and math.isfinite(v)):
                 raise ValueError(f"{name}={v!r}: must be a finite number of seconds >= 0")
@@ -207,6 +212,7 @@ SWITCH_SOURCES = {
     "eval_counts_toward_concurrency": "B3: AO:233-245, 1206",
     "sync_records_stale": "A14: OTA:76-78, 104-106",
     "async_exclusion": "A11: AO:722-873, 875-916, 1241-1295, 1307-1327",
+    "train_overhead_s": "D1: TR:289-332 (not in the bundle: unmeasured)",
     "selector.t_pref_over / unknown_duration_s": "A4: AO:480-523, 496-505; oort.py (SO):427-467",
     "selector.pacer_rule": "A6: AO:396-418, 602-616, 1301; SO:343-365",
     "selector.clip_bound": "A7: AO:680-694, 714",

@@ -354,7 +354,8 @@ class FleetSimulator:
         mb = self.model.bytes_on_wire
         cl = np.array([client])
         if kind == "train":
-            work = float(self.profile.train_duration_s(cl, mb, self._task_samples(cl, "train"))[0])
+            work = float(self.profile.train_duration_s(cl, mb, self._task_samples(cl, "train"))[0]
+                         + self.reading.train_overhead_s)
             allowed = TRAIN_TIERS
             self.acct.bytes_down_train += mb
             self.acct.dispatched_train += 1

@@ -45,12 +45,14 @@ _PACER_RULES = ("oort", "raise_only_per_call")
 class OortConfig:
     """Every Oort switch, as plain fields (a scenario option ``selector.<field>=value`` sets one).
 
-    The defaults, ``OortConfig()`` = ``OORT_VARIANTS["felix"]``, are the FeLiX
-    code's train selector (the paper's reference settings "TierSelect"), used by every strategy
-    unless a scenario names another variant: epsilon 0.9 decayed by 0.98 per call
+    The defaults, ``OortConfig()`` = ``OORT_VARIANTS["felix"]``, are FeLiX's train
+    selector as the paper describes it (the paper's reference settings "TierSelect"), used by
+    every strategy unless a scenario names another variant: epsilon 0.9 decayed by 0.98 per call
     from the first call on, floor 0.2, uniform exploration, raw (clipped) U plus
-    the bonus, ``T_pref`` over the durations observed from explored clients,
-    exploitation absorbing what exploration cannot fill.
+    the bonus, ``T_pref`` a percentile of the durations observed from explored clients, Oort's
+    two-way pacer, exploitation absorbing what exploration cannot fill. The FeLiX *code* as it ran
+    differs in T_pref (an unsorted pick), the pacer (raise-only, per call), the clip (none) and the
+    cut-off (none for refills): the ``paper_code`` reading sets those fields (docs/readings.md).
 
     ``fedscale()`` is Oort as FedScale's ``thirdparty/oort`` runs it and
     ``original_repo()`` the Oort repository's ``oort/oort.py`` with that
