@@ -60,10 +60,6 @@ def paper_ratio(strategy: str, label: str) -> str:
     return "stuck" if hours == "stuck" else f"x{hours / ref:.2f}"
 
 
-def _stats(values: list[float]) -> tuple[float, float]:
-    return float(np.mean(values)), float(np.std(values))
-
-
 def last_mean_accuracy(run_dir: str, window: int = 20) -> float:
     """Mean test accuracy of a run's last ``window`` checkpoints (the paper's smoothing)."""
     data = np.genfromtxt(Path(run_dir) / "metrics.csv", delimiter=",", names=True)
@@ -71,27 +67,35 @@ def last_mean_accuracy(run_dir: str, window: int = 20) -> float:
 
 
 def fidelity_table(rows: list[dict], strategies: list[str], regimes: list[str]) -> str:
-    """Markdown: per regime and strategy, hours to target (mean +- std over the seeds that
-    reached it, and how many did), the ratio of means to FeLiX, the paper's ratio,
-    and GB split train / eval / control."""
-    lines = ["| regime | strategy | reached | hours to target (mean +- std) | x FeLiX | paper | "
-             "GB train / eval, control MB | last-20 acc at end | aggregations | end (h) |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    """Markdown: per regime and strategy, hours to target over the seeds that reached it (how many
+    of those run; mean, sample std, 95% Student t interval), the ratio of means to FeLiX, FeLiX's
+    ratios seed by seed and the seeds it won, the paper's ratio, and GB split train / eval / control;
+    footnotes say how each is computed, and a warning line follows when a cell ran fewer than 3 seeds."""
+    from felix_jax.experiment.compare import few_seeds_warning, pool_cells
+
+    def num(x):
+        return "-" if x is None else f"{x:.2f}"
+
+    cells = pool_cells(rows, strategies, regimes, reference="felix")
+    pooled = {(p["strategy"], p["availability"]): p for p in cells}
+    lines = ["| regime | strategy | reached | hours to target (mean) | std | 95% CI | x FeLiX | per-seed x FeLiX "
+             "| FeLiX wins | paper | GB train / eval, control MB | last-20 acc at end | aggregations | end (h) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for rg in regimes:
         label = REGIMES.get(rg, rg)
-        ref = [r["time_to_target_h"] for r in rows if r["strategy"] == "felix" and r["availability"] == rg
-               and r["time_to_target_h"] is not None]
+        ref = pooled.get(("felix", rg))
         for st in strategies:
             cell = [r for r in rows if r["strategy"] == st and r["availability"] == rg]
             if not cell:
                 continue
-            hours = [r["time_to_target_h"] for r in cell if r["time_to_target_h"] is not None]
-            if hours:
-                m, sd = _stats(hours)
-                text = f"{m:.2f} +- {sd:.2f}"
-                ratio = f"x{m / np.mean(ref):.2f}" if ref and len(hours) == len(cell) else "-"
-            else:
-                text, ratio = "not reached", "-"
+            p = pooled[st, rg]
+            text = num(p["hours_mean"]) if p["reached"] else "not reached"
+            ci = "-" if p["hours_ci95_low"] is None else f"[{p['hours_ci95_low']:.2f}, {p['hours_ci95_high']:.2f}]"
+            whole = (p["reached"] == p["seeds"] and ref is not None and ref["reached"] == ref["seeds"]
+                     and ref["hours_mean"])
+            ratio = f"x{p['hours_mean'] / ref['hours_mean']:.2f}" if whole else "-"
+            vs = p["versus_reference"]
+            per_seed = "-" if vs is None else ", ".join("-" if x is None else f"{x:.2f}" for _, x in vs["ratios"])
             s = [r["_summary"] for r in cell]
             gb = [np.mean([x[k] for x in s]) / 1e9 for k in ("bytes_train", "bytes_eval")]
             control_mb = np.mean([x["control_bytes"] for x in s]) / 1e6
@@ -99,9 +103,18 @@ def fidelity_table(rows: list[dict], strategies: list[str], regimes: list[str]) 
             aggs = np.mean([x["aggregations"] for x in s])
             end_h = np.mean([x["end_time_s"] for x in s]) / 3600
             cut = sum(r["_summary"].get("stop_reason") == "wall_budget" for r in cell)
-            reached = f"{len(hours)}/{len(cell)}" + (f" ({cut} cut)" if cut else "")
-            lines.append(f"| {label} | {st} | {reached} | {text} | {ratio} | {paper_ratio(st, label)} "
+            reached = f"{p['reached']}/{p['seeds']}" + (f" ({cut} cut)" if cut else "")
+            lines.append(f"| {label} | {st} | {reached} | {text} | {num(p['hours_std'])} | {ci} | {ratio} | {per_seed} "
+                         f"| {p['ref_wins'] or '-'} | {paper_ratio(st, label)} "
                          f"| {gb[0]:.2f} / {gb[1]:.2f}, {control_mb:.3f} | {acc:.3f} | {aggs:.0f} | {end_h:.2f} |")
+    lines += ["", "Hours over the seeds that reached the target (reached: of the seeds run); std: the sample std "
+              "(ddof=1); 95% CI: the Student t interval of the mean, mean -+ t(0.975, n-1) * std / sqrt(n); both - "
+              "for fewer than 2 seeds. x FeLiX: ratio of means (only where every seed of both reached the target); "
+              "per-seed x FeLiX: hours / FeLiX's hours seed by seed (- where not both reached it); FeLiX wins: seeds "
+              "where FeLiX reached the target first, or alone, of the seeds both ran."]
+    warning = few_seeds_warning(cells)
+    if warning:
+        lines += ["", warning]
     return "\n".join(lines)
 
 

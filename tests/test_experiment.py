@@ -155,3 +155,24 @@ def test_request_stop_keeps_a_stop_reason_already_given():
     sim.request_stop("asked again")
     record = sim.run()
     assert record.stop_reason == "asked" and len(record.checkpoints) == 1 and record.aggregation_times == [0.0]
+
+
+def test_compare_writes_the_pooled_statistics_and_warns_below_three_seeds(tmp_path, capsys):
+    import csv
+
+    from felix_jax.experiment.compare import FEW_SEEDS_WARNING, POOLED_COLUMNS
+
+    rc = main(["compare", "--scenario", "tiny", "--strategies", "felix,fedbuff", "--availability", "avail100",
+               "--seeds", "0", "--set", "max_aggregations=2", "--set", "target_accuracy=none", "--quiet",
+               "--out", str(tmp_path)])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    table = (tmp_path / "table.txt").read_text()
+    assert FEW_SEEDS_WARNING in table and FEW_SEEDS_WARNING in printed  # one seed: no std, no interval
+    assert "Student t" in table and "per-seed x ref" in table
+    with open(tmp_path / "summary_pooled.csv", newline="") as f:
+        pooled = list(csv.DictReader(f))
+    assert list(pooled[0]) == POOLED_COLUMNS and [p["strategy"] for p in pooled] == ["felix", "fedbuff"]
+    felix, fedbuff = pooled
+    assert (felix["n_seeds"], felix["n_reached"], felix["hours_std"], felix["hours_ci95_low"]) == ("1", "0", "", "")
+    assert (felix["ref_wins"], fedbuff["ref_wins"], fedbuff["per_seed_ratio"]) == ("", "0/1", "")  # neither reached it

@@ -1,8 +1,9 @@
 """``felix-jax compare``: every (strategy, availability, seed) of a scenario, then a table
 and paper-style figures (host side).
 
-Writes ``DIR/summary.csv`` (one row per run), ``DIR/table.txt`` (time-to-target
-and bytes per strategy and regime, ratios against FeLiX), one results folder per
+Writes ``DIR/summary.csv`` (one row per run), ``DIR/summary_pooled.csv`` and ``DIR/table.txt``
+(per strategy and regime over seeds: time to target with its sample std and 95% t interval,
+ratios against FeLiX seed by seed and the seeds it won, bytes), one results folder per
 run (``DIR/runs/<strategy>-<availability>-seed<k>``), and figures:
 ``accuracy.png`` (accuracy vs virtual hours per regime), ``bytes.png`` (bytes per
 strategy, train vs eval), ``cdfs.png`` (staleness, utility age and aggregation
@@ -281,9 +282,67 @@ def _sig(x: float, digits: int = 3) -> str:
     return f"{x:.{max(0, digits - 1 - math.floor(math.log10(abs(x))))}f}"
 
 
-def pool_cells(rows: list[dict], strategies: list[str], regimes: list[str]) -> list[dict]:
-    """One row per (strategy, regime) over its seeds: how many reached the target, hours to it
-    (mean and std over those that did), GB train / eval / total and aggregations (means)."""
+def t_quantile_975(df: int) -> float:
+    """Student t's 0.975 quantile with ``df`` degrees of freedom (scipy, a dependency of JAX):
+    the half-width factor of a two-sided 95% interval (12.706 for df 1, 4.303 for df 2)."""
+    from scipy.stats import t
+
+    return float(t.ppf(0.975, df))
+
+
+def hours_stats(hours: list[float]) -> dict:
+    """Over the hours of the seeds that reached the target: ``n``, ``mean``, ``std`` (the sample
+    std, ddof=1; None for n < 2) and the 95% Student t interval of the mean, ``ci95_low`` and
+    ``ci95_high`` (mean -+ t(0.975, n-1) * std / sqrt(n); None for n < 2, not clipped at 0)."""
+    n = len(hours)
+    mean = float(np.mean(hours)) if n else None
+    std = float(np.std(hours, ddof=1)) if n >= 2 else None
+    half = t_quantile_975(n - 1) * std / math.sqrt(n) if n >= 2 else None
+    return {"n": n, "mean": mean, "std": std, "ci95_low": None if half is None else mean - half,
+            "ci95_high": None if half is None else mean + half}
+
+
+def versus_reference(rows: list[dict], strategy: str, regime: str, reference: str) -> dict | None:
+    """Seed by seed against ``reference`` on ``regime``, over the seeds both ran: ``ratios``, a list
+    of (seed, hours / reference's hours), the ratio None where not both reached the target;
+    ``ref_wins``, the seeds where the reference reached it first, or alone; ``paired``, the seeds
+    both ran (a seed neither reached is no one's win). None: the reference itself, or no seed in
+    common."""
+    if strategy == reference:
+        return None
+
+    def hours_by_seed(st):
+        return {r["seed"]: r["time_to_target_h"] for r in rows if r["strategy"] == st and r["availability"] == regime}
+    mine, ref = hours_by_seed(strategy), hours_by_seed(reference)
+    seeds = sorted(set(mine) & set(ref))
+    if not seeds:
+        return None
+    ratios, wins = [], 0
+    for sd in seeds:
+        h, h_ref = mine[sd], ref[sd]
+        both = h is not None and h_ref is not None
+        ratios.append((sd, h / h_ref if both and h_ref > 0 else None))
+        wins += int((h_ref is not None and h is None) or (both and h_ref < h))
+    return {"ratios": ratios, "ref_wins": wins, "paired": len(seeds)}
+
+
+def _default_reference(strategies: list[str]) -> str | None:
+    return "felix" if "felix" in strategies else (strategies[0] if strategies else None)
+
+
+def _ratio_text(x: float) -> str:
+    return f"{x:.6g}"
+
+
+def pool_cells(rows: list[dict], strategies: list[str], regimes: list[str],
+               reference: str | None = None) -> list[dict]:
+    """One row per (strategy, regime) over its seeds: how many reached the target (``reached`` =
+    ``n_reached``, of ``seeds`` = ``n_seeds``), hours to it over those that did (:func:`hours_stats`:
+    mean, sample std, 95% t interval), seed by seed against ``reference`` (default ``felix``, else
+    the first strategy; :func:`versus_reference`: ``per_seed_ratio`` as ``SEED:RATIO;...`` over the
+    seeds both reached, ``ref_wins`` as ``WINS/PAIRED``), GB train / eval / total and aggregations
+    (means)."""
+    reference = _default_reference(strategies) if reference is None else reference
     pooled = []
     for rg in regimes:
         for st in strategies:
@@ -291,10 +350,17 @@ def pool_cells(rows: list[dict], strategies: list[str], regimes: list[str]) -> l
             if not sel:
                 continue
             hours = [r["time_to_target_h"] for r in sel if r["time_to_target_h"] is not None]
+            stats = hours_stats(hours)
+            vs = versus_reference(rows, st, rg, reference) if reference is not None else None
             pooled.append({
                 "strategy": st, "availability": rg, "seeds": len(sel), "reached": len(hours),
-                "hours_mean": float(np.mean(hours)) if hours else None,
-                "hours_std": float(np.std(hours)) if hours else None,
+                "n_reached": len(hours), "n_seeds": len(sel),
+                "hours_mean": stats["mean"], "hours_std": stats["std"],
+                "hours_ci95_low": stats["ci95_low"], "hours_ci95_high": stats["ci95_high"],
+                "per_seed_ratio": None if vs is None else
+                ";".join(f"{sd}:{_ratio_text(x)}" for sd, x in vs["ratios"] if x is not None),
+                "ref_wins": None if vs is None else f"{vs['ref_wins']}/{vs['paired']}",
+                "versus_reference": vs,
                 "gb_train": float(np.mean([r["bytes_train"] or 0 for r in sel])) / 1e9,
                 "gb_eval": float(np.mean([r["bytes_eval"] or 0 for r in sel])) / 1e9,
                 "gb_total": float(np.mean([r["bytes_total"] or 0 for r in sel])) / 1e9,
@@ -303,43 +369,78 @@ def pool_cells(rows: list[dict], strategies: list[str], regimes: list[str]) -> l
     return pooled
 
 
-POOLED_COLUMNS = ["strategy", "availability", "seeds", "reached", "hours_mean", "hours_std", "gb_train", "gb_eval",
+POOLED_COLUMNS = ["strategy", "availability", "seeds", "reached", "n_reached", "n_seeds", "hours_mean", "hours_std",
+                  "hours_ci95_low", "hours_ci95_high", "per_seed_ratio", "ref_wins", "gb_train", "gb_eval",
                   "gb_total", "aggregations", "final_accuracy"]
 
 
-def write_pooled_csv(rows: list[dict], strategies: list[str], regimes: list[str], out: Path) -> Path:
-    """``summary_pooled.csv``: :func:`pool_cells` (``summary.csv`` keeps one row per run)."""
+def write_pooled_csv(rows: list[dict], strategies: list[str], regimes: list[str], out: Path,
+                     reference: str | None = None) -> Path:
+    """``summary_pooled.csv``: :func:`pool_cells` (``summary.csv`` keeps one row per run); an
+    empty field: none (a std or interval of fewer than 2 seeds, the reference's own ratios)."""
     with open(out / "summary_pooled.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=POOLED_COLUMNS)
+        w = csv.DictWriter(f, fieldnames=POOLED_COLUMNS, extrasaction="ignore")
         w.writeheader()
-        w.writerows(pool_cells(rows, strategies, regimes))
+        w.writerows(pool_cells(rows, strategies, regimes, reference))
     return out / "summary_pooled.csv"
+
+
+FEW_SEEDS = 3
+FEW_SEEDS_WARNING = f"n < {FEW_SEEDS} seeds: intervals are wide or missing; run --seeds 0,1,2"
+
+
+def few_seeds_warning(pooled: list[dict]) -> str | None:
+    """The one-line warning for a table with a cell of fewer than 3 seeds run (None: none)."""
+    few = [p for p in pooled if p["n_seeds"] < FEW_SEEDS]
+    return None if not few else f"warning: {FEW_SEEDS_WARNING} ({len(few)} of {len(pooled)} cells)"
+
+
+def per_seed_text(vs: dict | None, digits: int = 3) -> str:
+    """A cell's ratios to the reference in seed order, ``-`` where not both reached the target."""
+    return "-" if vs is None else ", ".join("-" if x is None else _sig(x, digits) for _, x in vs["ratios"])
 
 
 def comparison_table(rows: list[dict], strategies: list[str], regimes: list[str], reference: str = "felix",
                      target: float | None = None) -> str:
-    """Per regime and strategy, pooled over seeds: seeds that reached the target, virtual hours to it
-    (mean +- std over those, three significant figures), the ratio of means to ``reference`` (only
-    where every seed of both reached it) and GB moved (mean)."""
+    """Per regime and strategy, pooled over seeds: seeds that reached the target of those run, virtual
+    hours to it over those (mean, sample std, 95% Student t interval; three significant figures), the
+    ratio of means to ``reference`` (only where every seed of both reached it), the seeds where the
+    reference was faster, GB moved (mean) and the ratio to the reference seed by seed. Footnotes say
+    how each is computed, and a warning line follows when a cell ran fewer than 3 seeds."""
     target = _target_of(rows) if target is None else target
-    pooled = {(p["strategy"], p["availability"]): p for p in pool_cells(rows, strategies, regimes)}
+    cells = pool_cells(rows, strategies, regimes, reference)
+    pooled = {(p["strategy"], p["availability"]): p for p in cells}
     seeds = sorted({r["seed"] for r in rows})
+    wr = max([18] + [len(rg) for rg in regimes])  # a long regime or variant label widens its column
+    ws = max([26] + [len(st) for st in strategies])
     lines = [f"time to target (accuracy {target if target is not None else 'none'}; the mean of the last 20 test "
              f"accuracies and the last one reach it) in virtual hours, over seeds {','.join(map(str, seeds))}; "
-             f"x = ratio of means to {reference}; GB moved (mean)",
-             f"{'regime':<18} {'strategy':<26} {'reached':>7} {'hours (mean +- std)':>20} {'x ref':>6} {'GB':>8}"]
+             f"reference {reference}",
+             f"{'regime':<{wr}} {'strategy':<{ws}} {'n':>7} {'mean h':>7} {'std':>7} {'95% CI':>18} {'x ref':>6} "
+             f"{'ref wins':>8} {'GB':>8}  per-seed x ref"]
     for rg in regimes:
         ref = pooled.get((reference, rg))
         for st in strategies:
             p = pooled.get((st, rg))
             if p is None:
                 continue
-            hours = ("-" if p["hours_mean"] is None else _sig(p["hours_mean"]) if p["reached"] == 1  # no spread
-                     else f"{_sig(p['hours_mean'])} +- {_sig(p['hours_std'])}")
+            mean = "-" if p["hours_mean"] is None else _sig(p["hours_mean"])
+            std = "-" if p["hours_std"] is None else _sig(p["hours_std"])
+            ci = "-" if p["hours_ci95_low"] is None else f"[{_sig(p['hours_ci95_low'])}, {_sig(p['hours_ci95_high'])}]"
             whole = p["reached"] == p["seeds"] and ref is not None and ref["reached"] == ref["seeds"] and ref["hours_mean"]
             ratio = f"x{_sig(p['hours_mean'] / ref['hours_mean'])}" if whole else "-"
-            lines.append(f"{rg:<18} {st:<26} {p['reached']:>3}/{p['seeds']:<3} {hours:>20} {ratio:>6} "
-                         f"{_sig(p['gb_total']):>8}")
+            wins = p["ref_wins"] or "-"
+            lines.append(f"{rg:<{wr}} {st:<{ws}} {p['reached']:>3}/{p['seeds']:<3} {mean:>7} {std:>7} {ci:>18} "
+                         f"{ratio:>6} {wins:>8} {_sig(p['gb_total']):>8}  {per_seed_text(p['versus_reference'])}")
+    lines += ["n: seeds that reached the target / seeds run; mean h, std, 95% CI: over the seeds that reached it, "
+              "std the sample std (ddof=1), CI the Student t interval of the mean, mean -+ t(0.975, n-1) * std / "
+              "sqrt(n) (- for n < 2)",
+              f"x ref: ratio of means to {reference} (only where every seed of both reached the target); ref wins: "
+              f"seeds where {reference} reached it first, or alone, of the seeds both ran; per-seed x ref: hours / "
+              f"{reference}'s hours seed by seed (- where not both reached it)"]
+    warning = few_seeds_warning(cells)
+    if warning:
+        lines.append(warning)
     return "\n".join(lines)
 
 

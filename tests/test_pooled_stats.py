@@ -1,0 +1,149 @@
+"""The statistics of a comparison pooled over seeds (compare.py, paper_matrix.py's table),
+against values computed by hand."""
+
+import csv
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+
+from felix_jax.experiment.compare import (FEW_SEEDS_WARNING, POOLED_COLUMNS, comparison_table, hours_stats,
+                                          pool_cells, t_quantile_975, versus_reference, write_pooled_csv)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def row(st, seed, hours, rg="avail50", run_dir="."):
+    return {"strategy": st, "availability": rg, "seed": seed, "time_to_target_h": hours, "bytes_train": 0.9e9,
+            "bytes_eval": 0.1e9, "bytes_total": 1e9, "control_bytes": 1e6, "aggregations": 10,
+            "final_accuracy": 0.5, "run_dir": str(run_dir)}
+
+
+# felix 1, 2, 3 h; oort-async 1.29, 1.56, 8.04 h (beats felix on seed 1 only); fedbuff reaches it
+# on seed 1 alone (1.5 h, faster than felix's 2 h), so felix wins seeds 0 and 2 by reaching it alone
+ROWS = [row("felix", 0, 1.0), row("felix", 1, 2.0), row("felix", 2, 3.0),
+        row("oort-async", 0, 1.29), row("oort-async", 1, 1.56), row("oort-async", 2, 8.04),
+        row("fedbuff", 0, None), row("fedbuff", 1, 1.5), row("fedbuff", 2, None)]
+STRATEGIES = ["felix", "oort-async", "fedbuff"]
+
+
+def test_t_quantiles_match_the_printed_table():
+    for df, t in [(1, 12.706), (2, 4.303), (3, 3.182), (4, 2.776), (9, 2.262), (29, 2.045), (1000, 1.962)]:
+        assert t_quantile_975(df) == pytest.approx(t, abs=5e-4)
+
+
+def test_hours_stats_of_three_seeds_and_of_one():
+    s = hours_stats([1.0, 2.0, 3.0])
+    assert (s["n"], s["mean"], s["std"]) == (3, 2.0, 1.0)  # sample std: sqrt(((-1)^2 + 0 + 1^2) / 2)
+    half = 4.303 / math.sqrt(3)  # t(0.975, 2) * 1 / sqrt(3) = 2.484
+    assert s["ci95_low"] == pytest.approx(2.0 - half, abs=1e-3) and s["ci95_low"] == pytest.approx(-0.484, abs=1e-3)
+    assert s["ci95_high"] == pytest.approx(4.484, abs=1e-3)
+    two = hours_stats([1.0, 2.0])  # ddof=1: std sqrt(0.5), half-width 12.706 * 0.7071 / sqrt(2) = 6.353
+    assert two["std"] == pytest.approx(math.sqrt(0.5)) and two["ci95_high"] == pytest.approx(1.5 + 6.353, abs=1e-3)
+    one = hours_stats([4.0])
+    assert (one["n"], one["mean"], one["std"], one["ci95_low"], one["ci95_high"]) == (1, 4.0, None, None, None)
+    assert hours_stats([]) == {"n": 0, "mean": None, "std": None, "ci95_low": None, "ci95_high": None}
+
+
+def test_per_seed_ratios_and_wins_against_the_reference():
+    vs = versus_reference(ROWS, "oort-async", "avail50", "felix")
+    assert [sd for sd, _ in vs["ratios"]] == [0, 1, 2]
+    assert [x for _, x in vs["ratios"]] == pytest.approx([1.29, 0.78, 2.68])
+    assert (vs["ref_wins"], vs["paired"]) == (2, 3)
+    fb = versus_reference(ROWS, "fedbuff", "avail50", "felix")  # only felix reached it on seeds 0 and 2
+    assert [x for _, x in fb["ratios"]][0] is None and fb["ratios"][1][1] == pytest.approx(0.75)
+    assert fb["ratios"][2][1] is None and (fb["ref_wins"], fb["paired"]) == (2, 3)
+    # only the other strategy reached it: its win; neither: no one's; a seed the reference did not run: left out
+    rows = [row("felix", 0, None), row("b", 0, 5.0), row("felix", 1, None), row("b", 1, None), row("b", 2, 1.0),
+            row("felix", 3, 2.0), row("b", 3, 2.0)]
+    vs = versus_reference(rows, "b", "avail50", "felix")
+    assert vs["ratios"] == [(0, None), (1, None), (3, 1.0)]
+    assert (vs["ref_wins"], vs["paired"]) == (0, 3)  # b alone on seed 0; neither on 1; a tie on 3: no one's win
+    assert versus_reference(ROWS, "felix", "avail50", "felix") is None
+    assert versus_reference(ROWS, "oort-async", "avail100", "felix") is None
+
+
+def test_pool_cells_and_summary_pooled_csv(tmp_path):
+    felix, oort, fedbuff = pool_cells(ROWS, STRATEGIES, ["avail50"])
+    assert (felix["n_reached"], felix["n_seeds"], felix["reached"], felix["seeds"]) == (3, 3, 3, 3)
+    assert (felix["hours_mean"], felix["hours_std"]) == (2.0, 1.0)
+    assert felix["per_seed_ratio"] is None and felix["ref_wins"] is None
+    assert oort["per_seed_ratio"] == "0:1.29;1:0.78;2:2.68" and oort["ref_wins"] == "2/3"
+    assert (fedbuff["n_reached"], fedbuff["hours_mean"], fedbuff["hours_std"], fedbuff["hours_ci95_low"]) == \
+        (1, 1.5, None, None)
+    assert fedbuff["per_seed_ratio"] == "1:0.75" and fedbuff["ref_wins"] == "2/3"
+    # without felix the reference is the first strategy: oort-async reaches it alone on seeds 0 and 2,
+    # fedbuff is faster on seed 1 (1.5 h against 1.56 h)
+    alt = pool_cells(ROWS, ["oort-async", "fedbuff"], ["avail50"])[1]
+    assert (alt["ref_wins"], alt["per_seed_ratio"]) == ("2/3", "1:0.961538")
+
+    write_pooled_csv(ROWS, STRATEGIES, ["avail50"], tmp_path)
+    with open(tmp_path / "summary_pooled.csv", newline="") as f:
+        back = list(csv.DictReader(f))
+    assert list(back[0]) == POOLED_COLUMNS
+    for col in ("strategy", "availability", "seeds", "reached", "hours_mean", "hours_std", "gb_train", "gb_eval",
+                "gb_total", "aggregations", "final_accuracy", "n_reached", "n_seeds", "hours_ci95_low",
+                "hours_ci95_high", "per_seed_ratio", "ref_wins"):
+        assert col in POOLED_COLUMNS
+    assert float(back[0]["hours_ci95_low"]) == pytest.approx(-0.484, abs=1e-3)
+    assert float(back[0]["hours_ci95_high"]) == pytest.approx(4.484, abs=1e-3)
+    assert (back[2]["hours_std"], back[2]["hours_ci95_low"], back[2]["hours_ci95_high"]) == ("", "", "")  # n = 1
+    assert (back[1]["per_seed_ratio"], back[1]["ref_wins"], back[0]["ref_wins"]) == ("0:1.29;1:0.78;2:2.68", "2/3", "")
+
+
+def test_comparison_table_shows_intervals_per_seed_ratios_and_wins():
+    lines = comparison_table(ROWS, STRATEGIES, ["avail50"], target=0.7).splitlines()
+    assert "seeds 0,1,2" in lines[0] and "reference felix" in lines[0]
+    assert lines[1].split()[2:6] == ["n", "mean", "h", "std"] and lines[1].endswith("per-seed x ref")
+    felix, oort, fedbuff = lines[2:5]
+    assert felix.split()[2:7] == ["3/3", "2.00", "1.00", "[-0.484,", "4.48]"]
+    assert oort.split()[2:4] == ["3/3", "3.63"] and " 2/3 " in oort and oort.endswith("1.29, 0.780, 2.68")
+    assert fedbuff.split()[2:6] == ["1/3", "1.50", "-", "-"] and fedbuff.endswith("-, 0.750, -")
+    notes = "\n".join(lines[5:])
+    assert "ddof=1" in notes and "Student t" in notes and "t(0.975, n-1)" in notes
+    assert FEW_SEEDS_WARNING not in notes  # every cell ran 3 seeds
+
+
+def test_the_few_seeds_warning_appears_below_three_seeds_only():
+    two = [r for r in ROWS if r["seed"] < 2]
+    table = comparison_table(two, STRATEGIES, ["avail50"], target=0.7)
+    warning = [line for line in table.splitlines() if FEW_SEEDS_WARNING in line]
+    assert len(warning) == 1 and "n < 3 seeds: intervals are wide or missing; run --seeds 0,1,2" in warning[0]
+    assert FEW_SEEDS_WARNING not in comparison_table(ROWS, STRATEGIES, ["avail50"], target=0.7)
+
+
+def _paper_matrix():
+    spec = importlib.util.spec_from_file_location("paper_matrix", ROOT / "benchmarks" / "paper_matrix.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_paper_matrix_table_has_the_same_statistics(tmp_path):
+    (tmp_path / "metrics.csv").write_text("hours,accuracy\n0.0,0.1\n1.0,0.7\n")
+    rows = [{**r, "run_dir": str(tmp_path), "_summary": {"bytes_train": 0.9e9, "bytes_eval": 0.1e9,
+                                                          "control_bytes": 1e6, "aggregations": 10,
+                                                          "end_time_s": 3600.0, "stop_reason": "target"}}
+            for r in ROWS]
+    table = _paper_matrix().fidelity_table(rows, STRATEGIES, ["avail50"])
+    lines = table.splitlines()
+    cells = lambda line: [c.strip() for c in line.strip("|").split("|")]  # noqa: E731
+    head = cells(lines[0])
+    felix, oort, fedbuff = (dict(zip(head, cells(line))) for line in lines[2:5])
+    assert (felix["reached"], felix["hours to target (mean)"], felix["std"], felix["95% CI"]) == \
+        ("3/3", "2.00", "1.00", "[-0.48, 4.48]")
+    assert (felix["per-seed x FeLiX"], felix["FeLiX wins"], felix["x FeLiX"]) == ("-", "-", "x1.00")
+    assert (oort["per-seed x FeLiX"], oort["FeLiX wins"], oort["x FeLiX"]) == ("1.29, 0.78, 2.68", "2/3", "x1.81")
+    assert (fedbuff["std"], fedbuff["95% CI"], fedbuff["per-seed x FeLiX"], fedbuff["FeLiX wins"]) == \
+        ("-", "-", "-, 0.75, -", "2/3")
+    assert "ddof=1" in table and "Student t" in table and FEW_SEEDS_WARNING not in table
+    one_seed = _paper_matrix().fidelity_table([r for r in rows if r["seed"] == 0], STRATEGIES, ["avail50"])
+    assert one_seed.splitlines()[-1].startswith("warning: " + FEW_SEEDS_WARNING)
+
+
+def test_every_pooled_column_is_documented():
+    from tests.test_docs import _backticked
+
+    documented = set(_backticked((ROOT / "docs" / "results.md").read_text()))
+    assert not sorted(set(POOLED_COLUMNS) - documented)
