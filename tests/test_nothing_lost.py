@@ -287,11 +287,16 @@ def test_pooled_cells_and_the_table_against_hand_computed_values(tmp_path):
 
     rows = [row("felix", 0, 1.0, 2.0), row("felix", 1, 2.0, 4.0), row("fedbuff", 0, 3.0, 1.0), row("fedbuff", 1, None, 1.0)]
     felix, fedbuff = pool_cells(rows, ["felix", "fedbuff"], ["avail50"])
-    assert (felix["reached"], felix["seeds"], felix["hours_mean"], felix["hours_std"]) == (2, 2, 1.5, 0.5)
+    # sample std (ddof=1): hours [1, 2] -> 0.7071; one seed: no std
+    assert (felix["reached"], felix["seeds"], felix["hours_mean"]) == (2, 2, 1.5)
+    assert felix["hours_std"] == pytest.approx(0.7071, abs=1e-4)
     assert felix["gb_total"] == pytest.approx(3.0) and felix["gb_eval"] == pytest.approx(0.3)
-    assert (fedbuff["reached"], fedbuff["hours_mean"], fedbuff["hours_std"]) == (1, 3.0, 0.0)
+    assert (fedbuff["reached"], fedbuff["hours_mean"], fedbuff["hours_std"]) == (1, 3.0, None)
     table = comparison_table(rows, ["felix", "fedbuff"], ["avail50"], target=0.5).splitlines()
     assert "accuracy 0.5" in table[0] and "seeds 0,1" in table[0]
-    assert table[2].split()[2:6] == ["2/2", "1.50", "+-", "0.500"] and table[2].split()[-2] == "x1.00"
-    assert table[3].split()[2] == "1/2" and table[3].split()[-2] == "-"  # a seed missed it: no ratio
+    # 95% t interval: 1.5 -+ 12.706 * 0.7071 / sqrt(2) = [-4.85, 7.85]
+    assert table[2].split() == ["avail50", "felix", "2/2", "1.50", "0.707", "[-4.85,", "7.85]", "x1.00", "-",
+                                "3.00", "-"]
+    # a seed missed it: no ratio of means; FeLiX reached it alone on seed 1: its win
+    assert table[3].split() == ["avail50", "fedbuff", "1/2", "3.00", "-", "-", "-", "2/2", "1.00", "3.00,", "-"]
     assert [_sig(x) for x in (0.021666, 1.4551, 123.4, 0.0)] == ["0.0217", "1.46", "123", "0"]
