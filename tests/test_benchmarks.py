@@ -4,6 +4,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+from tests.conftest import REFERENCE_FILE, needs_data
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
@@ -32,6 +34,7 @@ def test_eval_batching_checks_the_batched_runs_against_the_eager_one(tmp_path):
     assert batched["same_results"] and batched["test_eval_calls"] == 3 and eager["test_eval_calls"] == 9
 
 
+@needs_data(REFERENCE_FILE)  # partition=pool: the paper's per-client sizes, in its child processes too
 def test_fleet_scale_reports_a_population_and_a_fedscale_load(tmp_path):
     import json
 

@@ -2,30 +2,18 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from felix_jax.traces import (
-    DATA_ENV_VAR,
     DeviceProfile,
     fedscale_task_time_s,
     flash_profile,
     paper_halfnormal,
     reference_profile,
 )
-
-
-def _data_dir() -> Path | None:
-    root = os.environ.get(DATA_ENV_VAR)
-    root = Path(root) if root else Path(__file__).resolve().parents[2] / "shared" / "data"
-    return root if (root / "traces" / "felix_reference_300clients.npz").is_file() else None
-
-
-DATA = _data_dir()
-needs_data = pytest.mark.skipif(DATA is None, reason="shared data folder not found")
+from tests.conftest import DATA_DIR as DATA
+from tests.conftest import FLASH_FILES, REFERENCE_FILE, needs_data
 
 
 def _profile() -> DeviceProfile:
@@ -96,7 +84,7 @@ def test_fedscale_time_model():
     np.testing.assert_allclose(comm, [2 * 8e6 / 8e6, 2 * 8e6 / 16e6])  # 2, 1 s
 
 
-@needs_data
+@needs_data(REFERENCE_FILE)
 def test_reference_profile():
     p = reference_profile(DATA)
     assert p.num_clients == 300
@@ -104,7 +92,7 @@ def test_reference_profile():
     np.testing.assert_allclose(p.train_duration_s([0, 1], 2.1e6, 100), [4.0, 16.0])
 
 
-@needs_data
+@needs_data(*FLASH_FILES)
 def test_flash_profile_loads():
     p = flash_profile(2000, seed=0, path=DATA)
     assert p.num_clients == 2000

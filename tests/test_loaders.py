@@ -13,10 +13,10 @@ from PIL import Image
 
 from felix_jax.data import cifar10, embedded, loaders, paths, speech_commands
 from felix_jax.data.dataset import ArrayDataset
+from tests.conftest import CIFAR10_FILE, DATA_DIR, needs_data
 
-# The real offline data for the slow test: $FELIX_JAX_DATA as set when the tests
-# start (the fixture below clears it per test), else ../shared/data beside the repo.
-SHARED = Path(os.environ.get("FELIX_JAX_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
+# The real offline data for the slow test is DATA_DIR ($FELIX_JAX_DATA as set when the tests
+# start: the fixture below clears it per test).
 
 
 @pytest.fixture(autouse=True)
@@ -443,10 +443,9 @@ def test_load_dataset_registry():
 # ---------------------------------------------------------------- the real shared copy
 
 @pytest.mark.slow
+@needs_data(CIFAR10_FILE)
 def test_real_shared_cifar10(monkeypatch):
-    if not (SHARED / cifar10.SHARED_RELPATH).is_file():
-        pytest.skip(f"no shared CIFAR-10 copy under {SHARED}")
-    monkeypatch.setenv("FELIX_JAX_DATA", str(SHARED))
+    monkeypatch.setenv("FELIX_JAX_DATA", str(DATA_DIR))
     t0 = time.perf_counter()
     ds = cifar10.load_cifar10_shared()
     first = time.perf_counter() - t0

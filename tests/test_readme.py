@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import shared_data_dir
+from tests.conftest import CIFAR10_FILE, SPEECH_FILE, require_data
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
@@ -16,13 +16,11 @@ def test_the_readme_has_python_examples():
 
 
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
-def test_a_readme_python_example_runs_as_pasted(index, monkeypatch):
+def test_a_readme_python_example_runs_as_pasted(index):
     code = BLOCKS[index]
     if "jax.distributed.initialize" in code:
         pytest.skip("the multi-host example needs a second host")
-    if 'load_dataset("cifar10")' in code or "speech_commands" in code:
-        root = shared_data_dir()
-        if root is None:
-            pytest.skip("no offline data folder (FELIX_JAX_DATA)")
-        monkeypatch.setenv("FELIX_JAX_DATA", str(root))
+    needed = [f for f, used in ((CIFAR10_FILE, 'load_dataset("cifar10")' in code),
+                                (SPEECH_FILE, "speech_commands" in code)) if used]
+    require_data(*needed)  # the data folder (tests/conftest.py), or a skip naming the missing files
     exec(compile(code, f"README.md python block {index}", "exec"), {"__name__": "__readme__"})

@@ -6,23 +6,20 @@ import pytest
 
 from felix_jax.experiment import get_preset
 from felix_jax.experiment.runner import run
-from tests.conftest import shared_data_dir
+from tests.conftest import CIFAR10_FILE, REFERENCE_FILE, SPEECH_FILE, needs_data
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(autouse=True)
-def data_env(monkeypatch):
-    root = shared_data_dir()
-    if root is None:
-        pytest.skip("no offline data folder (set FELIX_JAX_DATA)")
-    monkeypatch.setenv("FELIX_JAX_DATA", str(root))
+# the data each run reads: the data set, and the reference file for the mobiperf / ref: traces,
+# partition=reference and device_profile=reference
+CIFAR_AND_TRACES = needs_data(CIFAR10_FILE, REFERENCE_FILE)
 
 
 @pytest.mark.parametrize("preset,strategy,regime", [
-    ("cifar10-small", "felix", "mobiperf"),
-    ("cifar10-small", "refl", "avail50"),
-    ("speech-small", "oort-async-oracle", "avail90"),
+    pytest.param("cifar10-small", "felix", "mobiperf", marks=CIFAR_AND_TRACES),
+    pytest.param("cifar10-small", "refl", "avail50", marks=needs_data(CIFAR10_FILE)),
+    pytest.param("speech-small", "oort-async-oracle", "avail90", marks=needs_data(SPEECH_FILE)),
 ])
 def test_real_data_preset_runs(preset, strategy, regime):
     sc = get_preset(preset).with_overrides({"strategy": strategy, "availability": regime, "max_aggregations": "3",
@@ -37,6 +34,7 @@ def test_real_data_preset_runs(preset, strategy, regime):
 FIDELITY_CPU = {"target_accuracy": "0.25", "num_test": "250", "max_virtual_hours": "0.12", "seed": "0"}
 
 
+@CIFAR_AND_TRACES
 def test_fidelity_ordering_at_50_percent_felix_before_oort_async():
     """Regression check on the paper's ordering at 50% (ref:syn_50, the paper's own trace,
     true time scale), cifar10-fidelity at 1 seed and a reduced budget: FeLiX reaches the
@@ -48,6 +46,7 @@ def test_fidelity_ordering_at_50_percent_felix_before_oort_async():
     assert oort_async["time_to_target_h"] is None or oort_async["time_to_target_h"] > felix["time_to_target_h"]
 
 
+@CIFAR_AND_TRACES
 def test_long_horizon_preset_is_deterministic_and_reports_the_eval_tier(tmp_path):
     """cifar10-longhorizon at one seed and a reduced budget (a regression check of determinism and
     of the summary fields, not of who wins): two runs give the same metrics byte for byte, and the

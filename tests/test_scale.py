@@ -19,6 +19,7 @@ from felix_jax.fleet.clientmap import ClientMap
 from felix_jax.fleet.knowledge import Knowledge, ViewTracker, notifications_between, refresh_view
 from felix_jax.traces import AvailabilityTrace, Tier
 from felix_jax.traces.availability import ChangeCursor
+from tests.conftest import REFERENCE_FILE, needs_data
 
 STATES = [int(t) for t in Tier]
 
@@ -199,6 +200,7 @@ def test_pool_partition_serves_more_clients_than_samples():
     assert capped.max_count == 4 and capped.counts.max() == 4
 
 
+@needs_data(REFERENCE_FILE)  # partition=pool starts from the paper's per-client sizes
 def test_pool_scenario_runs_a_population_larger_than_the_data():
     from felix_jax.experiment.runner import build_simulator
     from felix_jax.experiment.scenario import Scenario

@@ -27,18 +27,10 @@ from felix_jax.traces import (
     save_interval_npz,
     slot_bernoulli,
 )
+from tests.conftest import DATA_DIR as DATA
+from tests.conftest import REFERENCE_FILE, needs_data
 
 TRAIN, EVAL, UN = int(Tier.AVL_TRAIN), int(Tier.AVL_EVAL), int(Tier.UN_AVL)
-
-
-def _data_dir() -> Path | None:
-    root = os.environ.get(DATA_ENV_VAR)
-    root = Path(root) if root else Path(__file__).resolve().parents[2] / "shared" / "data"
-    return root if (root / "traces" / "felix_reference_300clients.npz").is_file() else None
-
-
-DATA = _data_dir()
-needs_data = pytest.mark.skipif(DATA is None, reason="shared data folder not found")
 
 
 # ---------------------------------------------------------- brute force reference
@@ -431,7 +423,7 @@ def test_missing_data_names_env_var(monkeypatch, tmp_path):
         load_reference_trace("syn_90", tmp_path)
 
 
-@needs_data
+@needs_data(REFERENCE_FILE)
 def test_reference_trace_statistics(monkeypatch):
     """Fractions sampled every 600 s over the first 24 h, t = 0, 600, ..., 85800."""
     monkeypatch.setenv(DATA_ENV_VAR, str(DATA))
@@ -453,7 +445,7 @@ def test_reference_trace_statistics(monkeypatch):
         assert np.all(tr.state_at(0.0) == TRAIN)
     assert np.all(load_reference_trace("syn_50", DATA).state_at(86400.0) == UN)
     assert load_reference_trace("mobiperf_2st", DATA).duration_s == 536263.0
-    ref = load_reference_clients(DATA / "traces" / "felix_reference_300clients.npz")
+    ref = load_reference_clients(DATA / REFERENCE_FILE)
     assert ref.training_delay_s.min() == 2 and ref.training_delay_s.max() == 56
     assert np.median(ref.training_delay_s) == 10 and abs(ref.training_delay_s.mean() - 12.1) < 0.05
     assert ref.num_samples.sum() == 49326 and np.median(ref.num_samples) == 114
