@@ -202,22 +202,25 @@ def _run(args: argparse.Namespace) -> int:
 
 def _run_locked(args, scenario, out: Path, created: bool, snapshots: dict) -> int:
     from .compile_cache import enable_compilation_cache
-    from .experiment.results import remove_if_unused
+    from .experiment.results import holds_run_results, remove_if_unused
     from .experiment.runner import run
 
     enable_compilation_cache()
     print(f"felix-jax run: {scenario.name} | strategy {scenario.strategy} | availability {scenario.availability} "
           f"| {scenario.num_clients} clients | results -> {out}", flush=True)
+    replacing = not args.resume and holds_run_results(out)  # written aside, swapped in once finished
+    kept = f"; the earlier results in {out} are kept" if replacing else ""
     try:
         result = run(scenario, out, progress=not args.quiet, stop_on_signals=True, resume=bool(args.resume),
                      wall_budget_s=args.wall_budget_s, **snapshots)
     except USER_ERRORS as e:
         if created:  # refused before it wrote anything: leave no empty folder
             remove_if_unused(out)
-        raise SystemExit(f"felix-jax run: {_one_line(e)}")
+        raise SystemExit(f"felix-jax run: {_one_line(e)}{kept}")
     except KeyboardInterrupt:  # a second interrupt: stopped at once, metrics.csv holds what was reached
-        print(f"felix-jax run: interrupted twice, stopped at once; {out}/metrics.csv holds the checkpoints so far",
-              file=sys.stderr)
+        print("felix-jax run: interrupted twice, stopped at once; " + (
+              f"the earlier results in {out} are kept" if replacing else
+              f"{out}/metrics.csv holds the checkpoints so far"), file=sys.stderr)
         raise SystemExit(128 + signal.SIGINT)
     print(_summary_table(result.summary))
     print(f"results written to {out}/ (config.json, metrics.csv, summary.json, accuracy.png)")
@@ -273,14 +276,34 @@ def _compare(args: argparse.Namespace) -> int:
             make_trace(rg, 1, 0)
         except USER_ERRORS as e:
             raise SystemExit(f"felix-jax compare: availability {rg!r}: {_one_line(e)}")
+    _check_cell_folders(base, regimes)
     out = Path(args.out or f"results/compare-{base.name}")
     with contextlib.ExitStack() as held:
-        try:  # one writer per folder for the whole comparison
+        try:  # one writer per folder for the whole comparison, never a run's folder
             held.enter_context(folder_lock(out, "felix-jax compare"))
-            prepare_out_dir(out)
+            prepare_out_dir(out, kind="compare")
         except OutputDirError as e:
             raise SystemExit(f"felix-jax compare: {e}")
         return _compare_locked(args, base, strategies, regimes, seeds, out)
+
+
+def _check_cell_folders(base, regimes: list[str]) -> None:
+    """Two regimes whose cells would share one results folder (a trace file's cells are named by its
+    file name, not its path) are refused before anything runs: one cell's results would overwrite
+    the other's."""
+    from .experiment.compare import cell_dir
+
+    seen: dict[str, tuple[str, str]] = {}
+    for rg in regimes:
+        resolved = base.with_overrides({"availability": rg}).availability  # a trace file by its absolute path
+        folder = cell_dir(Path("."), "STRATEGY", resolved, 0).name
+        if folder in seen:
+            other, other_resolved = seen[folder]
+            same = " (the same file)" if other_resolved == resolved else ""
+            raise SystemExit(f"felix-jax compare: availability {other} and {rg}{same} would share the cell "
+                             f"folders runs/{folder.replace('STRATEGY', '<strategy>')} (a trace file's cells are "
+                             "named by its file name): give the files different names")
+        seen[folder] = (rg, resolved)
 
 
 def _compare_locked(args, base, strategies, regimes, seeds, out: Path) -> int:

@@ -4,6 +4,7 @@ never a traceback from deep inside and never a silently wrong run."""
 from __future__ import annotations
 
 import json
+import os
 
 import jax
 import numpy as np
@@ -244,3 +245,173 @@ def test_a_plugin_selector_with_bad_ids_ends_the_cli_run_in_one_line(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "selector cli-bad-ids returned client ids [999] outside [0, 12)" in proc.stderr
+
+
+# ================================================================== issue 29, group 1: work lost
+# ------------------------------------------------------------------ --overwrite keeps the old results until it finished
+def _finished_run(folder) -> dict:
+    assert main(["run", *TINY, "--out", str(folder)]) == 0
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")}
+
+
+def _unchanged(folder, before: dict) -> None:
+    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")} == before
+    assert not any(p.name.startswith(".felix-jax-") for p in folder.iterdir() if p.is_dir())
+
+
+def test_work_lost_overwrite_with_a_broken_trace_keeps_the_previous_results(tmp_path):
+    out = tmp_path / "r"
+    before = _finished_run(out)
+    (tmp_path / "broken.csv").write_text("client,time_s,state\n0,zero,AVL_TRAIN\n")
+    refused(["run", *TINY, "--set", f"availability={tmp_path / 'broken.csv'}", "--out", str(out), "--overwrite"],
+            "broken.csv", "earlier results", "are kept")
+    _unchanged(out, before)
+
+
+_LATE_BAD_SELECTOR = """
+import numpy as np
+from felix_jax import plugins
+from felix_jax.policies import Selector
+
+@plugins.selector("{name}")
+def make():
+    def select(state, ctx, k):
+        state = state + 1
+        ids = np.flatnonzero(ctx.eligible)[:k]
+        return (np.array([999]) if state > 3 else ids), state
+    return Selector("{name}", lambda: 0, select)
+
+plugins.strategy("{name}-strategy", mode="async", knowledge="none", selector="{name}", aggregator="fedbuff")
+"""
+
+
+def test_work_lost_overwrite_failing_mid_run_keeps_the_previous_results(tmp_path):
+    out = tmp_path / "r"
+    before = _finished_run(out)
+    plugin = tmp_path / "late_bad.py"
+    plugin.write_text(_LATE_BAD_SELECTOR.format(name="late-bad-ids"))
+    refused(["run", *TINY, "--set", f"plugins={plugin}", "--set", "strategy=late-bad-ids-strategy",
+             "--set", "max_aggregations=20", "--out", str(out), "--overwrite"],
+            "selector late-bad-ids returned client ids [999]", "are kept")
+    _unchanged(out, before)
+
+
+def test_work_lost_overwrite_that_finishes_replaces_every_result(tmp_path):
+    out = tmp_path / "r"
+    _finished_run(out)
+    assert main(["run", *TINY, "--set", "max_aggregations=3", "--out", str(out), "--overwrite"]) == 0
+    again = tmp_path / "fresh"
+    assert main(["run", *TINY, "--set", "max_aggregations=3", "--out", str(again)]) == 0
+    for name in ("config.json", "metrics.csv"):
+        assert (out / name).read_bytes() == (again / name).read_bytes()
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in again.iterdir())
+
+
+def test_work_lost_a_replacement_killed_mid_swap_is_completed_on_the_next_open(tmp_path):
+    from felix_jax.experiment.results import METRIC_COLUMNS, RETIRED_DIR, STAGING_DIR, prepare_out_dir
+
+    def metrics(tag):
+        return ",".join(METRIC_COLUMNS) + f"\n{tag}\n"
+
+    out = tmp_path / "r"
+    (out / STAGING_DIR).mkdir(parents=True)
+    (out / RETIRED_DIR).mkdir()
+    (out / RETIRED_DIR / "metrics.csv").write_text(metrics("old"))
+    (out / RETIRED_DIR / ".all-retired").touch()  # killed after the old results were set aside
+    (out / "config.json").write_text('{"scenario": {}}')  # and after the new config.json was moved in
+    (out / STAGING_DIR / "metrics.csv").write_text(metrics("new"))
+    prepare_out_dir(out, clear=True)
+    assert (out / "metrics.csv").read_text() == metrics("new")
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "metrics.csv"]
+    (out / STAGING_DIR).mkdir()  # a replacement killed before it finished: dropped, the old results stay
+    (out / STAGING_DIR / "metrics.csv").write_text(metrics("half"))
+    prepare_out_dir(out, clear=True)
+    assert (out / "metrics.csv").read_text() == metrics("new") and not (out / STAGING_DIR).exists()
+    (out / STAGING_DIR).mkdir()  # killed while setting the old results aside: both steps redone
+    (out / STAGING_DIR / "metrics.csv").write_text(metrics("newer"))
+    (out / STAGING_DIR / "config.json").write_text('{"scenario": {"seed": 1}}')
+    (out / RETIRED_DIR).mkdir()
+    os.replace(out / "config.json", out / RETIRED_DIR / "config.json")
+    prepare_out_dir(out, clear=True)
+    assert (out / "metrics.csv").read_text() == metrics("newer") and "seed" in (out / "config.json").read_text()
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "metrics.csv"]
+
+
+# ------------------------------------------------------------------ a run's folder and a comparison's stay apart
+COMPARE_TINY = ["compare", "--scenario", "tiny", "--strategies", "fedbuff", "--availability", "avail100", "--quiet",
+                "--set", "max_aggregations=2", "--set", "target_accuracy=none"]
+
+
+def test_work_lost_compare_into_a_run_folder_is_refused(tmp_path):
+    out = tmp_path / "r"
+    before = _finished_run(out)
+    refused([*COMPARE_TINY, "--out", str(out)], str(out), "a run's results", "config.json", "metrics.csv")
+    refused([*COMPARE_TINY, "--out", str(out), "--overwrite"], "a run's results")
+    _unchanged(out, before)
+    assert not (out / "runs").exists()
+
+
+def test_work_lost_run_into_a_compare_folder_is_refused(tmp_path):
+    out = tmp_path / "c"
+    assert main([*COMPARE_TINY, "--out", str(out)]) == 0
+    summary = (out / "summary.csv").read_bytes()
+    for extra in ([], ["--overwrite"]):
+        refused(["run", *TINY, "--out", str(out), *extra], str(out), "a comparison's results", "runs/", "summary.csv")
+    assert (out / "summary.csv").read_bytes() == summary and not (out / "config.json").exists()
+
+
+def test_work_lost_overwrite_never_replaces_files_felix_jax_did_not_write(tmp_path):
+    out = tmp_path / "r"
+    before = _finished_run(out)
+    (out / "snapshot").mkdir()
+    (out / "snapshot" / "holiday.jpg").write_bytes(b"mine")  # a folder of the user's under a name a run uses
+    refused(["run", *TINY, "--out", str(out), "--overwrite"], "snapshot/", "felix-jax did not write")
+    assert (out / "snapshot" / "holiday.jpg").read_bytes() == b"mine"
+    (out / "snapshot" / "holiday.jpg").unlink()
+    (out / "snapshot").rmdir()
+    _unchanged(out, before)
+    mine = tmp_path / "mine"  # a scenario file of the user's named config.json
+    mine.mkdir()
+    (mine / "config.json").write_text('{"strategy": "felix"}')
+    (mine / "metrics.csv").write_text("day,steps\n1,5000\n")
+    refused(["run", *TINY, "--out", str(mine), "--overwrite"], "config.json, metrics.csv", "felix-jax did not write")
+    assert (mine / "config.json").read_text() == '{"strategy": "felix"}'
+
+
+# ------------------------------------------------------------------ two trace files of one name in a comparison
+def test_work_lost_two_trace_files_with_one_name_are_refused_in_a_comparison(tmp_path):
+    for sub in ("a", "b"):
+        (tmp_path / sub).mkdir()
+        (tmp_path / sub / "trace.csv").write_text("client,time_s,state\n0,0,AVL_TRAIN\n")
+    a, b = str(tmp_path / "a" / "trace.csv"), str(tmp_path / "b" / "trace.csv")
+    refused(["compare", "--scenario", "tiny", "--strategies", "fedbuff", "--availability", f"{a},{b}", "--quiet",
+             "--out", str(tmp_path / "c")], a, b, "file_trace.csv")
+    assert not (tmp_path / "c").exists()
+
+
+# ------------------------------------------------------------------ the Python API takes the CLI's folder lock
+def test_work_lost_a_sweep_into_a_folder_another_thread_writes_is_refused(tmp_path):
+    from felix_jax.experiment import get_preset
+    from felix_jax.experiment.results import OutputDirError, folder_lock
+    from felix_jax.experiment.sweep import SweepJob, run_sweep
+
+    sc = get_preset("tiny").with_overrides({"max_aggregations": "2", "target_accuracy": "none"})
+    out = tmp_path / "e"
+    errors = []
+
+    def second_sweep():
+        try:
+            run_sweep([SweepJob(sc, out)], batch=1, plot=False, log=lambda line: None)
+        except OutputDirError as e:
+            errors.append(str(e))
+
+    import threading
+
+    with folder_lock(out, "first sweep"):
+        t = threading.Thread(target=second_sweep)
+        t.start()
+        t.join()
+    assert errors and "being written by another run of this process (first sweep" in errors[0]
+    assert not (out / "config.json").exists()
+    with pytest.raises(ValueError, match="sweep jobs 0 and 1 both write the results folder"):
+        run_sweep([SweepJob(sc, out), SweepJob(sc.with_overrides({"seed": 1}), out)], batch=2, plot=False)

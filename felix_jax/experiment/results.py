@@ -4,7 +4,8 @@ Nothing is held back until the end: ``config.json`` is written when the run
 starts, ``metrics.csv`` gains one flushed row per test checkpoint
 (:class:`MetricsStream`), and the rest is written when the run stops (also when
 it is interrupted). The folder is checked before any training
-(:func:`prepare_out_dir`).
+(:func:`prepare_out_dir`); a run that replaces earlier results writes them aside and swaps
+them in only once it has finished (:func:`staged_results`).
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ import csv
 import fcntl
 import json
 import os
+import re
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 from typing import IO
 
@@ -26,7 +29,7 @@ from ..fleet.simulator import Checkpoint, RunRecord
 from ..traces.data_paths import DataFileError, reading
 
 METRIC_COLUMNS = ["time_s", "hours", "version", "accuracy", "loss", "bytes_total", "staleness_mean", "interval_s"]
-# what a run writes into its folder (``--overwrite`` clears these, nothing else)
+# what a run writes into its folder (a replacing run replaces these and its snapshot, nothing else)
 RESULT_FILES = ("config.json", "metrics.csv", "summary.json", "distributions.json", "accuracy.png")
 SNAPSHOT_DIR = "snapshot"  # a run's snapshots (felix_jax.fleet.snapshot), for --resume
 
@@ -36,7 +39,9 @@ class OutputDirError(ValueError):
 
 
 LOCK_FILE = ".felix-jax.lock"  # held (flock) by the one process writing a results folder
-_HELD: dict[Path, list] = {}  # this process's held folder locks: [file, depth] (re-entrant)
+# this process's held folder locks: [file, depth, holding thread, what] (re-entrant in that thread only)
+_HELD: dict[Path, list] = {}
+_HELD_GUARD = threading.Lock()
 
 
 @contextlib.contextmanager
@@ -46,7 +51,9 @@ def folder_lock(out_dir: str | Path, what: str = "felix-jax"):
     An exclusive ``flock`` on ``out_dir/.felix-jax.lock``: a second process is refused with an
     :class:`OutputDirError` naming the holder's pid; the kernel drops the lock of a process that
     dies (``kill -9`` included), so a stale lock file never blocks the next run. Re-entrant within
-    a process (``compare`` holds its folder while each cell's run holds its own).
+    the thread that holds it (the CLI holds a run's folder, then the run takes it again); another
+    thread of the same process (a second sweep, a second batch member with the same folder) is
+    refused like another process.
     """
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
@@ -56,12 +63,18 @@ def folder_lock(out_dir: str | Path, what: str = "felix-jax"):
     except OSError as e:
         raise OutputDirError(f"cannot write results to {out}: {e.strerror or e}") from None
     key = out.resolve()
-    if key in _HELD:
-        _HELD[key][1] += 1
+    with _HELD_GUARD:
+        held = _HELD.get(key)
+        if held is not None and held[2] != threading.get_ident():  # another thread of this process writes it
+            raise OutputDirError(f"results folder {out} is being written by another run of this process "
+                                 f"({held[3]}); wait for it to finish or choose another folder")
+        if held is not None:
+            held[1] += 1
+    if held is not None:
         try:
             yield out
         finally:
-            _HELD[key][1] -= 1
+            held[1] -= 1
         return
     try:
         f = open(out / LOCK_FILE, "a+")
@@ -75,19 +88,21 @@ def folder_lock(out_dir: str | Path, what: str = "felix-jax"):
         f.close()
         raise OutputDirError(f"results folder {out} is being written by another process ({holder}); wait for "
                              "it to finish or choose another --out") from None
-    f.seek(0)
-    f.truncate()
-    f.write(f"{what}, pid {os.getpid()}\n")
-    f.flush()
-    _HELD[key] = [f, 1]
+    with _HELD_GUARD:  # (another thread's open file of the same lock is refused by flock itself)
+        f.seek(0)
+        f.truncate()
+        f.write(f"{what}, pid {os.getpid()}\n")
+        f.flush()
+        _HELD[key] = [f, 1, threading.get_ident(), f"{what}, thread {threading.current_thread().name}"]
     try:
         yield out
     finally:
-        _HELD[key][1] -= 1
-        if _HELD[key][1] == 0:
-            del _HELD[key]
-            fcntl.flock(f, fcntl.LOCK_UN)
-            f.close()
+        with _HELD_GUARD:
+            _HELD[key][1] -= 1
+            if _HELD[key][1] == 0:
+                del _HELD[key]
+                fcntl.flock(f, fcntl.LOCK_UN)
+                f.close()
 
 
 def remove_if_unused(out_dir: str | Path) -> None:
@@ -101,13 +116,73 @@ def remove_if_unused(out_dir: str | Path) -> None:
         pass
 
 
-def prepare_out_dir(out_dir: str | Path, clear: bool = False, refuse_existing: bool = False) -> Path:
-    """Creates ``out_dir`` if needed and checks that files can be written in it (before any training).
+# a replacing run's results until it has finished, and the results it replaces while they are swapped
+STAGING_DIR = ".felix-jax-new"
+RETIRED_DIR = ".felix-jax-old"
+# a run's own results (not a comparison's: compare also writes an accuracy.png)
+RUN_MARKERS = ("config.json", "metrics.csv", "summary.json", "distributions.json", SNAPSHOT_DIR)
+COMPARE_MARKERS = ("summary.csv", "runs")  # what makes a folder a comparison's (compare.py)
 
-    ``refuse_existing``: a folder that already holds a run's ``config.json`` is refused
-    unless ``clear``. ``clear`` removes a previous run's result files (:data:`RESULT_FILES`,
-    nothing else), so no stale summary outlives the run that replaces it. Raises
-    :class:`OutputDirError`.
+
+def _json_object_with(path: Path, key: str) -> bool:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and key in data
+
+
+def _first_bytes(path: Path, n: int) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(n)
+    except OSError:
+        return b""
+
+
+_SNAPSHOT_ENTRY = re.compile(r"(LATEST|\.LATEST\.tmp|snap-[\w.-]+|\.tmp-snap-[\w.-]+)")
+# how each entry that a replacing run replaces looks when a run wrote it
+_WRITTEN_BY_A_RUN = {
+    "config.json": lambda p: p.is_file() and _json_object_with(p, "scenario"),
+    "metrics.csv": lambda p: p.is_file() and _first_bytes(p, 200).split(b"\n")[0].strip() == ",".join(
+        METRIC_COLUMNS).encode(),
+    "summary.json": lambda p: p.is_file() and _json_object_with(p, "stop_reason"),
+    "distributions.json": lambda p: p.is_file() and _json_object_with(p, "staleness"),
+    "accuracy.png": lambda p: p.is_file() and _first_bytes(p, 8) == b"\x89PNG\r\n\x1a\n",
+    SNAPSHOT_DIR: lambda p: p.is_dir() and all(_SNAPSHOT_ENTRY.fullmatch(q.name) for q in p.iterdir()),
+}
+
+
+def not_written_by_a_run(out_dir: str | Path) -> list[str]:
+    """The entries of ``out_dir`` that a replacing run would replace (:data:`RESULT_FILES`, the
+    snapshot folder) but that are not what a run writes there: a user's own ``config.json``, a
+    ``snapshot`` folder of photos..."""
+    out = Path(out_dir)
+    return [name for name, written in _WRITTEN_BY_A_RUN.items() if (out / name).exists() and not written(out / name)]
+
+
+def holds_run_results(out_dir: str | Path) -> bool:
+    """Whether ``out_dir`` holds a run's results (or a snapshot) that a new run would replace."""
+    out = Path(out_dir)
+    return out.is_dir() and any((out / name).exists() for name in (*RESULT_FILES, SNAPSHOT_DIR))
+
+
+def _listing(out: Path, names) -> str:
+    shown = sorted(f"{n}/" if (out / n).is_dir() else n for n in names)
+    return ", ".join(shown[:5]) + (f" and {len(shown) - 5} more" if len(shown) > 5 else "")
+
+
+def prepare_out_dir(out_dir: str | Path, clear: bool = False, refuse_existing: bool = False,
+                    kind: str = "run") -> Path:
+    """Creates ``out_dir`` if needed and checks that it can take the results (before any training).
+
+    Nothing is removed here: a run that replaces earlier results writes beside them and swaps
+    them in once it has finished (:func:`staged_results`). ``kind="run"``: a comparison's folder
+    is refused; ``refuse_existing``: a folder that already holds a run's ``config.json`` is
+    refused unless ``clear`` (the new run may replace those results); a folder whose results
+    would be replaced is refused when it also holds files felix-jax did not write (it is not
+    a run's folder). ``kind="compare"``: a folder holding a run's results is refused. Raises
+    :class:`OutputDirError` (one line naming the folder and what is there).
     """
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
@@ -116,20 +191,84 @@ def prepare_out_dir(out_dir: str | Path, clear: bool = False, refuse_existing: b
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=out):  # a write test: permissions, read-only mounts, /proc
             pass
+        names = [p.name for p in out.iterdir()]
     except OSError as e:
         raise OutputDirError(f"cannot write results to {out}: {e.strerror or e}") from None
+    if kind == "compare":
+        runs = [n for n in RUN_MARKERS if n in names]
+        if runs:
+            raise OutputDirError(f"{out} holds a run's results ({_listing(out, runs)}), not a comparison's: "
+                                 "choose another --out for the comparison")
+        return out
+    finish_replacement(out)  # a replacement killed half-way is completed (or undone) first
+    names = [p.name for p in out.iterdir()]
+    compared = [n for n in COMPARE_MARKERS if n in names]
+    if compared:
+        raise OutputDirError(f"{out} holds a comparison's results ({_listing(out, compared)}), not a run's: "
+                             "choose another --out for the run")
     if refuse_existing and not clear and (out / "config.json").exists():
         raise OutputDirError(f"{out} already holds a run's results (config.json): pass --overwrite to replace "
                              "them or choose another --out (to continue a run, see felix-jax run --help)")
-    if clear:
-        for name in RESULT_FILES:
-            try:
-                (out / name).unlink(missing_ok=True)
-            except OSError as e:
-                raise OutputDirError(f"cannot remove {out / name}: {e.strerror or e}") from None
-        if (out / SNAPSHOT_DIR).is_dir():  # a stale snapshot must never be resumed into a new run
-            shutil.rmtree(out / SNAPSHOT_DIR, ignore_errors=True)
+    if clear:  # only what a run wrote is replaced; other files in the folder are left as they are
+        foreign = not_written_by_a_run(out)
+        if foreign:
+            raise OutputDirError(f"{out} holds {_listing(out, foreign)} that felix-jax did not write (not a run's "
+                                 "results): a run never replaces them; move them or choose another --out")
     return out
+
+
+def finish_replacement(out_dir: str | Path) -> None:
+    """Completes a swap of results that a killed process left half-done (:func:`staged_results`):
+    a finished replacement (both folders there) is moved in, a replacement that never finished
+    (only its folder there) is dropped, and the earlier results stay."""
+    out = Path(out_dir)
+    staging, retired = out / STAGING_DIR, out / RETIRED_DIR
+    if retired.is_dir() and staging.is_dir():
+        _swap_in(staging, out)
+    elif staging.is_dir():
+        shutil.rmtree(staging)
+    if retired.is_dir():
+        shutil.rmtree(retired)
+
+
+def _swap_in(staging: Path, out: Path) -> None:
+    """Moves the finished results in ``staging`` into ``out``: every earlier result entry goes to
+    the retired folder first, then each new entry is renamed into place (both steps can be redone
+    after a kill: :func:`finish_replacement`), and the retired ones are removed last."""
+    retired = out / RETIRED_DIR
+    all_retired = retired / ".all-retired"  # from here on, a result entry in ``out`` is a new one
+    if not all_retired.exists():
+        retired.mkdir(exist_ok=True)
+        for name in (*RESULT_FILES, SNAPSHOT_DIR):
+            if (out / name).exists():
+                os.replace(out / name, retired / name)
+        all_retired.touch()
+    for entry in staging.iterdir():
+        os.replace(entry, out / entry.name)
+    staging.rmdir()
+    shutil.rmtree(retired)
+
+
+@contextlib.contextmanager
+def staged_results(out_dir: str | Path, replace: bool):
+    """The folder a run writes its results to: ``out_dir`` itself, or, when ``replace`` and
+    ``out_dir`` holds an earlier run's results, a staging folder inside it whose contents replace
+    those results only when the ``with`` block ends normally: a run that fails, or is stopped at
+    once, leaves the earlier results as they were."""
+    out = Path(out_dir)
+    if not (replace and holds_run_results(out)):
+        yield out
+        return
+    staging = out / STAGING_DIR
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir()
+    try:
+        yield staging
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    _swap_in(staging, out)
 
 
 def write_config(out_dir: str | Path, config: dict) -> Path:

@@ -31,8 +31,8 @@ from ..options import OptionError, to_json
 from ..policies import make_aggregator, make_selector
 from .registry import make_model, make_profile, make_trace
 from ..fleet.snapshot import SnapshotPolicy, save_snapshot
-from .results import (SNAPSHOT_DIR, MetricsStream, folder_lock, live_metrics, prepare_out_dir, summarize, write_config,
-                      write_results)
+from .results import (SNAPSHOT_DIR, MetricsStream, folder_lock, live_metrics, prepare_out_dir, staged_results,
+                      summarize, write_config, write_results)
 from .scenario import Scenario
 
 
@@ -392,8 +392,10 @@ def run(sc: Scenario, out_dir: str | Path | None = None, progress: bool = False,
         resume: bool = False, wall_budget_s: float | None = None, batch=None) -> RunResult:
     """Builds and runs ``sc``; with ``out_dir``, writes its results folder as the run goes.
 
-    The folder is checked (created, writable) before any work and a previous run's result
-    files in it are removed; ``config.json`` is written once the fleet is built,
+    The folder is checked (created, writable, not a comparison's, nothing a run did not write
+    under a result's name) before any work; a previous run's results in it are replaced only
+    when this run has finished (it writes to a staging folder inside, swapped in at the end: a
+    run that fails leaves them as they were); ``config.json`` is written once the fleet is built,
     ``metrics.csv`` gains a flushed row at every test checkpoint, and ``summary.json``,
     ``distributions.json`` and ``accuracy.png`` are written when the run stops.
     ``stop_on_signals``: during the run, SIGINT / SIGTERM stop it after the current event;
@@ -428,7 +430,19 @@ def _run(sc, out_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_
     if resume and not (snap_dir / "LATEST").is_file():
         raise FileNotFoundError(f"{out_dir} holds no snapshot to resume ({snap_dir}/LATEST is missing); "
                                 "a run writes snapshots with --snapshot-every N")
-    out = prepare_out_dir(out_dir, clear=not resume) if out_dir is not None else None
+    if out_dir is None:
+        return _run_into(sc, None, None, progress, plot, stop_on_signals, snapshot_every, snapshot_minutes, resume,
+                         wall_budget_s, batch, t_call)
+    out = prepare_out_dir(out_dir, clear=not resume)
+    # a run replacing earlier results writes aside and swaps them in once it has finished
+    with staged_results(out, replace=not resume) as write_dir:
+        result = _run_into(sc, write_dir, write_dir / SNAPSHOT_DIR, progress, plot,
+                           stop_on_signals, snapshot_every, snapshot_minutes, resume, wall_budget_s, batch, t_call)
+    return dataclasses.replace(result, out_dir=out)
+
+
+def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_minutes, resume,
+              wall_budget_s, batch, t_call) -> RunResult:
     bar = _Progress(sc, progress)
     stream: MetricsStream | None = None
     timer: threading.Timer | None = None

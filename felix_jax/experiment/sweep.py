@@ -292,6 +292,8 @@ def run_sweep(jobs: list[SweepJob], batch: int | None = None, *, plot: bool = Tr
     each writing its stop snapshot (``resume=True`` jobs continue from there); the jobs of later
     batches are not started (their entries are None). An experiment that fails does not stop
     the others of its batch; the first error is raised once the batch has finished.
+    Two jobs with the same ``out_dir`` are refused before anything runs, and a folder that another
+    run or sweep (of this process or another) is writing is refused by its folder lock.
     ``wall_budget_s``: each experiment's (``runner.run``); batches that would start after
     ``deadline`` (``time.time()``) are not started. Every ``progress_every_s`` seconds of a batch
     one line says how far its experiments got (``log``, default stderr).
@@ -299,6 +301,13 @@ def run_sweep(jobs: list[SweepJob], batch: int | None = None, *, plot: bool = Tr
     from .runner import run
 
     batch = default_batch() if batch is None else batch
+    folders: dict[Path, int] = {}
+    for i, job in enumerate(jobs):  # one writer per results folder: two jobs never share one
+        if job.out_dir is not None:
+            first = folders.setdefault(Path(job.out_dir).resolve(), i)
+            if first != i:
+                raise ValueError(f"sweep jobs {first} and {i} both write the results folder {job.out_dir}; "
+                                 "give each job its own out_dir")
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
     results: list = [None] * len(jobs)
     stop = {"reason": None}

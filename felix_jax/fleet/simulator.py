@@ -124,11 +124,10 @@ class FleetSimulator:
         self.model, self.engine, self.trace, self.profile = model, engine, trace, profile
         self.test, self.cfg, self.stop = test, config, stop
         self.reading = config.reading
-        # the trace the clients follow: the run's, or (the FeLiX code's oracle runs, reading.oracle_clients)
-        # one where they never leave while the oracle server still reads the run's trace
-        self.client_trace = trace
-        if config.knowledge is Knowledge.ORACLE and self.reading.oracle_clients == "always_available":
-            self.client_trace = always_available(trace.num_clients)
+        # the FeLiX code's oracle runs (reading.oracle_clients): clients that never leave, while the
+        # oracle server still reads the run's trace (client_trace)
+        self._clients_always_on = (always_available(trace.num_clients) if config.knowledge is Knowledge.ORACLE
+                                   and self.reading.oracle_clients == "always_available" else None)
         self.selector, self.aggregator, self.mode = selector, aggregator, mode
         self.eval_selector, self.eval_budget = eval_selector, eval_budget
         self.on_checkpoint = on_checkpoint
@@ -196,6 +195,11 @@ class FleetSimulator:
                                         * engine.train_cfg.batch_size)
 
     # ------------------------------------------------------------------ public
+    @property
+    def client_trace(self) -> AvailabilityTrace:
+        """The trace the clients follow (task timelines): the run's, unless they never leave."""
+        return self.trace if self._clients_always_on is None else self._clients_always_on
+
     @property
     def round(self) -> int:
         return self.version
