@@ -49,9 +49,9 @@ FLIPS = {
 SKIP = {("oracle", "felix")}
 
 
-def cells() -> list[tuple[str, str]]:
+def cells(regimes=tuple(REGIMES)) -> list[tuple[str, str]]:
     out = []
-    for regime in REGIMES:
+    for regime in regimes:
         for flip, overrides in FLIPS.items():
             out += [(f"{st}@{overrides}", regime) for st in STRATEGIES if (flip, st) not in SKIP]
     return out
@@ -91,15 +91,20 @@ def main(argv=None) -> dict:
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--out", default="results/longhorizon-paper-code")
     ap.add_argument("--budget-s", type=float, default=float("inf"))
+    ap.add_argument("--regimes", default=",".join(REGIMES), help="comma-separated subset of " + ", ".join(REGIMES))
     ap.add_argument("--table-only", action="store_true")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
-    argv_matrix = ["--scenario", SCENARIO, "--strategies", ",".join(STRATEGIES), "--regimes", ",".join(REGIMES),
+    regimes = [r for r in args.regimes.split(",") if r]
+    unknown = [r for r in regimes if r not in REGIMES]
+    if unknown:
+        raise SystemExit(f"as_run_ablation: unknown regime(s) {', '.join(unknown)}; known: {', '.join(REGIMES)}")
+    argv_matrix = ["--scenario", SCENARIO, "--strategies", ",".join(STRATEGIES), "--regimes", ",".join(regimes),
                    "--ablations", "", "--seeds", args.seeds, "--out", args.out, "--workers", str(args.workers),
                    "--budget-s", str(args.budget_s)]
     for s in BASE_SETS:
         argv_matrix += ["--set", s]
-    for spec, regime in cells():
+    for spec, regime in cells(regimes):
         argv_matrix += ["--extra-cell", spec, regime]
     if args.table_only:
         argv_matrix.append("--table-only")
