@@ -26,11 +26,12 @@ import jax
 import numpy as np
 
 from ..fleet.simulator import Checkpoint, RunRecord
+from .event_log import EVENT_COLUMNS, EVENTS_FILE, participation, write_event_log
 from ..traces.data_paths import DataFileError, reading
 
 METRIC_COLUMNS = ["time_s", "hours", "version", "accuracy", "loss", "bytes_total", "staleness_mean", "interval_s"]
 # what a run writes into its folder (a replacing run replaces these and its snapshot, nothing else)
-RESULT_FILES = ("config.json", "metrics.csv", "summary.json", "distributions.json", "accuracy.png")
+RESULT_FILES = ("config.json", "metrics.csv", "summary.json", "distributions.json", "accuracy.png", EVENTS_FILE)
 SNAPSHOT_DIR = "snapshot"  # a run's snapshots (felix_jax.fleet.snapshot), for --resume
 
 
@@ -149,6 +150,8 @@ _WRITTEN_BY_A_RUN = {
     "summary.json": lambda p: p.is_file() and _json_object_with(p, "stop_reason"),
     "distributions.json": lambda p: p.is_file() and _json_object_with(p, "staleness"),
     "accuracy.png": lambda p: p.is_file() and _first_bytes(p, 8) == b"\x89PNG\r\n\x1a\n",
+    EVENTS_FILE: lambda p: p.is_file() and _first_bytes(p, 200).split(b"\n")[0].strip() == ",".join(
+        EVENT_COLUMNS).encode(),
     SNAPSHOT_DIR: lambda p: p.is_dir() and all(_SNAPSHOT_ENTRY.fullmatch(q.name) for q in p.iterdir()),
 }
 
@@ -397,6 +400,7 @@ def summarize(record: RunRecord, seed: int, batches: dict) -> dict:
     out.update(record.accounting.summary())
     out["evals_per_aggregation"] = (record.accounting.dispatched_eval / out["aggregations"]
                                     if out["aggregations"] else None)
+    out.update(participation(record.accounting.events, record.num_clients))
     return out
 
 
@@ -433,6 +437,7 @@ def write_results(out_dir: str | Path, config: dict, record: RunRecord, summary:
     (out / "distributions.json").write_text(json.dumps({
         "staleness": a.staleness, "agg_weights": a.agg_weights, "utility_age": a.utility_age,
         "aggregation_times_s": record.aggregation_times}))
+    write_event_log(out / EVENTS_FILE, a.events, record.end_time_s)
     if plot:
         plot_accuracy(record, out / "accuracy.png", title=config.get("scenario", {}).get("strategy", ""),
                       target=config.get("scenario", {}).get("target_accuracy"))

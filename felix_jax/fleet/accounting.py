@@ -44,7 +44,9 @@ class Accounting:
     picked_utility: list = dataclasses.field(default_factory=list)
     picked_duration_s: list = dataclasses.field(default_factory=list)
     selection_seconds: list = dataclasses.field(default_factory=list)  # host time per decision
-    dispatch_log: list = dataclasses.field(default_factory=list)  # (time_s, client, kind, round) per task
+    # one row per event: (time_s, event, client, kind, version, staleness, weight, tier); see
+    # felix_jax/experiment/event_log.py (events.csv)
+    events: list = dataclasses.field(default_factory=list)
 
     def mark(self) -> dict:
         """The counters now, and the lists' lengths: :meth:`rollback` returns to this point."""

@@ -95,6 +95,7 @@ class RunRecord:
     events_processed: int
     params: Params
     test_eval_calls: int = 0  # device calls that evaluated test checkpoints (the whole run, across resumes)
+    num_clients: int = 0  # the population (participation statistics count clients that never took part)
 
 
 def _finite_utility(u) -> float:
@@ -102,6 +103,17 @@ def _finite_utility(u) -> float:
     so it can neither win nor poison a selector's score sampling."""
     u = float(u)
     return u if math.isfinite(u) else 0.0
+
+
+def _first_return(trace: AvailabilityTrace, client: int, t: float, allowed: frozenset[int], until: float) -> float:
+    """The first time after ``t`` (at most ``until``) the client is back in an ``allowed`` tier (inf if not)."""
+    for _ in range(100_000):
+        if not t < until:
+            break
+        t, state = trace.next_change_of(t, client)
+        if state in allowed:
+            return t if t <= until else math.inf
+    return math.inf
 
 
 class FleetSimulator:
@@ -259,7 +271,7 @@ class FleetSimulator:
         self._count_notifications()
         return RunRecord(self.checkpoints, self.aggregation_times, self.acct, self._stop_reason,
                          self._time_to_target, self.now, time.perf_counter() - t_host, self._events, self.params,
-                         self._test_eval_calls)
+                         self._test_eval_calls, self.view.num_clients)
 
     def restore(self, path) -> None:
         """Loads a snapshot (a snapshot root or one snapshot folder) into this freshly built simulator.
@@ -390,7 +402,14 @@ class FleetSimulator:
         task = Task(tid, client, kind, self.version, self.round, self.now, work, timeline)
         if self.engine.streams is not None and kind == "train":
             task.label_time_s, task.proxy_fraction = self.engine.streams.label_report(client, self.now)
-        self.acct.dispatch_log.append((self.now, client, kind, self.round))
+        self._log(self.now, "dispatch", client, kind, self.version)
+        if timeline.start_s > self.now and math.isfinite(timeline.start_s):
+            self._log(timeline.start_s, "start", client, kind, self.version)
+        if math.isfinite(timeline.first_stop_s):
+            self._log(timeline.first_stop_s, "leave", client, kind, self.version)
+            back = _first_return(self.client_trace, client, timeline.first_stop_s, allowed, timeline.finish_s)
+            if math.isfinite(back):
+                self._log(back, "return", client, kind, self.version)
         self.tasks[tid] = task
         if self._in_flight_n is not None:
             self._in_flight_n[kind] = self._in_flight_n.get(kind, 0) + 1
@@ -410,6 +429,13 @@ class FleetSimulator:
             self.queue.push(left_s, EventKind.CLIENT_LEFT, tid)
         if math.isfinite(self.cfg.timeout_s):
             self.queue.push(self.now + self.cfg.timeout_s, EventKind.TIMEOUT, tid)
+
+    def _log(self, t: float, event: str, client: int, kind: str, version: int, staleness: int = -1,
+             weight: float | None = None) -> None:
+        """One row of the event log (``Accounting.events``): the client's true tier at ``t`` with it."""
+        tier = int(self.client_trace.state_of(t, client)) if client >= 0 else -1
+        self.acct.events.append((float(t), event, int(client), kind, int(version), int(staleness),
+                                 None if weight is None else float(weight), tier))
 
     def schedule_wake(self) -> None:
         """Under oracle/TierTrack, retry selection when the next client changes tier."""
@@ -474,6 +500,8 @@ class FleetSimulator:
             self.view.set_tier(c, Tier.AVL_TRAIN)  # a reply proves the client is there
         outcome = self.executor.result(tid)
         reading, n = self.reading, self.view.num_samples[c]
+        self._log(self.now, "reply", c, task.kind, task.version, self.version - task.version if task.kind == "train"
+                  else -1)
         if task.kind == "train":
             self.acct.bytes_up_train += self.model.bytes_on_wire
             self.acct.replies_train += 1
@@ -503,6 +531,7 @@ class FleetSimulator:
             self._leaves_flight(task)
             task.in_flight = False
             self.acct.detached_tasks += 1
+            self._log(self.now, "detached", task.client, task.kind, task.version)
             self.mode.on_task_detached(self, task)
             self._release_exclusion(task)
         self._refill()
@@ -513,6 +542,7 @@ class FleetSimulator:
             return
         task.timed_out = True
         self.acct.timeouts += 1
+        self._log(self.now, "timeout", task.client, task.kind, task.version)
         self._release_exclusion(task)
         if task.timeline.abandoned:  # the client dropped it: the server gives up on it now
             self.tasks.pop(tid)
@@ -592,7 +622,10 @@ class FleetSimulator:
                 self._stop_reason = f"diverged: global model is non-finite after aggregation {self.version + 1}"
                 return
             self.params, self.server_opt_state = params, opt_state
+        for u, w in zip(updates, weights):
+            self._log(self.now, "aggregated", u.task.client, "train", u.task.version, u.staleness, float(w))
         self.version += 1
+        self._log(self.now, "aggregation", -1, "", self.version)
         self._evals_this_round = 0
         self.aggregation_times.append(self.now)
         self.executor.publish(self.version, self.params)

@@ -1,0 +1,66 @@
+"""What the per-event log costs: host milliseconds per event with and without it, in one process.
+
+    python benchmarks/event_log_overhead.py [--preset quickstart] [--strategy felix] [--availability avail50]
+        [--aggregations 40] [--reps 3] [--json out.json]
+
+Runs the same scenario ``--reps`` times each way, alternating (these machines are shared and noisy:
+compare the ratio, not absolute times): with the simulator's event log as built, and with its
+``_log`` replaced by a no-op. Prints host ms per event (median over reps) and the ratio; the
+results are the same either way (the log records, it decides nothing), which it checks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from felix_jax.experiment import get_preset
+from felix_jax.experiment.runner import build_simulator
+
+
+def one_run(sc, log: bool):
+    sim = build_simulator(sc)
+    if not log:
+        sim._log = lambda *a, **k: None
+    rec = sim.run()
+    return 1000 * rec.host_seconds / max(rec.events_processed, 1), rec
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--preset", default="quickstart")
+    ap.add_argument("--strategy", default="felix")
+    ap.add_argument("--availability", default="avail50")
+    ap.add_argument("--aggregations", type=int, default=40)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--json")
+    args = ap.parse_args(argv)
+    sc = get_preset(args.preset).with_overrides({"strategy": args.strategy, "availability": args.availability,
+                                                 "max_aggregations": str(args.aggregations),
+                                                 "target_accuracy": "none"})
+    one_run(sc, True)  # compiles: not timed
+    ms = {True: [], False: []}
+    recs = {}
+    for _ in range(args.reps):
+        for log in (False, True):
+            t, recs[log] = one_run(sc, log)
+            ms[log].append(t)
+    same = recs[True].aggregation_times == recs[False].aggregation_times
+    on, off = float(np.median(ms[True])), float(np.median(ms[False]))
+    print(f"{'event log':<10} {'host ms/event (median)':>24}  reps")
+    print(f"{'off':<10} {off:>24.3f}  {', '.join(f'{x:.3f}' for x in ms[False])}")
+    print(f"{'on':<10} {on:>24.3f}  {', '.join(f'{x:.3f}' for x in ms[True])}")
+    print(f"ratio on/off: x{on / off:.3f}; events per run {recs[True].events_processed}, "
+          f"rows logged {len(recs[True].accounting.events)}; same results: {same}")
+    out = {"scenario": sc.to_json(), "ms_per_event_off": ms[False], "ms_per_event_on": ms[True], "ratio": on / off,
+           "rows": len(recs[True].accounting.events), "events": recs[True].events_processed, "same_results": same}
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2, default=str))
+    return out
+
+
+if __name__ == "__main__":
+    main()

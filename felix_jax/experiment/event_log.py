@@ -1,0 +1,84 @@
+"""A run's per-event log (``events.csv``) and the participation it shows (docs/results.md).
+
+The simulator appends one row per event to ``Accounting.events`` (host side, a tuple each):
+who did what when, so per-client participation, fairness and timelines can be taken apart
+after the run. Rows (:data:`EVENT_COLUMNS`):
+
+* ``dispatch``: the server sent a task (``version``: the model it carries);
+* ``start``: the task started running, when it had to wait for its client's tier first;
+* ``leave`` / ``return``: its client left the task's tier while the task was out / came back;
+* ``reply``: the server processed the task's reply (``staleness``: rounds behind, training);
+* ``timeout``: the server's timer fired with no reply; ``detached``: the task left the in-flight
+  set at its client's departure (TierTrack, or an oracle freeing the slot);
+* ``aggregated``: an update entered an aggregation with ``weight`` (its aggregator's relative
+  weight); ``aggregation``: a new model ``version`` (client -1).
+
+``tier`` is the client's true tier at that time (2 AVL_TRAIN, 1 AVL_EVAL, 0 UN_AVL; -1: no client).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import numpy as np
+
+EVENT_COLUMNS = ("time_s", "event", "client", "kind", "version", "staleness", "weight", "tier")
+EVENTS_FILE = "events.csv"
+
+
+def write_event_log(path: str | Path, events: list, end_time_s: float) -> Path:
+    """``events.csv``, in time order (ties in the order they were logged); rows past the run's end
+    (a task's future start or departure, logged at its dispatch) are left out."""
+    path = Path(path)
+    order = sorted(range(len(events)), key=lambda i: events[i][0])
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(EVENT_COLUMNS)
+        for i in order:
+            row = events[i]
+            if row[0] > end_time_s:
+                continue
+            w.writerow(["" if v is None else v for v in row])
+    return path
+
+
+def updates_per_client(events: list, num_clients: int) -> np.ndarray:
+    """(N,) int64: updates each client contributed to aggregations (``aggregated`` rows)."""
+    clients = [row[2] for row in events if row[1] == "aggregated"]
+    return np.bincount(np.asarray(clients, np.int64), minlength=num_clients)[:num_clients]
+
+
+def gini(counts) -> float | None:
+    """Gini index of non-negative counts over the whole population (0: all equal, -> 1: one holds all);
+    ``sum_i (2 i - n - 1) x_(i) / (n sum x)`` over ascending ``x_(i)``, i = 1..n. None if all are 0."""
+    x = np.sort(np.asarray(counts, np.float64))
+    n, total = x.size, x.sum()
+    if n == 0 or total == 0:
+        return None
+    i = np.arange(1, n + 1)
+    return float(((2 * i - n - 1) * x).sum() / (n * total))
+
+
+def jain(counts) -> float | None:
+    """Jain's fairness index ``(sum x)^2 / (n sum x^2)`` (1: all equal, 1/n: one holds all)."""
+    x = np.asarray(counts, np.float64)
+    if x.size == 0 or not x.any():
+        return None
+    return float(x.sum() ** 2 / (x.size * (x * x).sum()))
+
+
+def top_share(counts, fraction: float = 0.1) -> float | None:
+    """The share of all updates that came from the ``ceil(fraction n)`` clients with the most."""
+    x = np.sort(np.asarray(counts, np.float64))[::-1]
+    if x.size == 0 or x.sum() == 0:
+        return None
+    return float(x[:math.ceil(fraction * x.size)].sum() / x.sum())
+
+
+def participation(events: list, num_clients: int) -> dict:
+    """``summary.json``'s participation fields, over the updates that entered aggregations."""
+    counts = updates_per_client(events, num_clients)
+    return {"clients_trained": int(np.count_nonzero(counts)), "participation_gini": gini(counts),
+            "participation_jain": jain(counts), "participation_top10_share": top_share(counts, 0.1)}

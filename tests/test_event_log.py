@@ -1,0 +1,66 @@
+"""The per-event log (events.csv) and the participation statistics of summary.json."""
+
+import csv
+import json
+import pytest
+
+from felix_jax.experiment import get_preset
+from felix_jax.experiment.event_log import EVENT_COLUMNS, gini, jain, participation, top_share
+from felix_jax.experiment.runner import run
+from tests.test_fleet import ALWAYS2, T, U, make_sim, trace_of
+
+
+def test_fairness_indices_by_hand():
+    assert gini([0, 0, 0, 4]) == pytest.approx(0.75)  # sum (2i - 5) x_(i) / (4 * 4) = 3 * 4 / 16
+    assert gini([1, 1, 1, 1]) == pytest.approx(0.0) and gini([0, 0]) is None
+    assert jain([0, 0, 0, 4]) == pytest.approx(0.25) and jain([2, 2]) == pytest.approx(1.0)
+    assert jain([1, 3]) == pytest.approx(16 / (2 * 10))
+    assert top_share([0, 0, 0, 4]) == pytest.approx(1.0)  # ceil(0.4) = 1 client holds all
+    assert top_share(list(range(1, 21))) == pytest.approx((20 + 19) / 210)  # top 2 of 20
+
+
+def test_participation_counts_the_whole_population():
+    events = [(1.0, "aggregated", 0, "train", 0, 0, 1.0, 2), (2.0, "aggregated", 0, "train", 1, 0, 1.0, 2),
+              (2.0, "aggregated", 2, "train", 1, 0, 1.0, 2), (2.0, "aggregation", -1, "", 2, -1, None, -1)]
+    p = participation(events, 4)  # updates per client [2, 0, 1, 0]
+    assert p["clients_trained"] == 2
+    assert p["participation_gini"] == pytest.approx(gini([2, 0, 1, 0]))
+    assert p["participation_jain"] == pytest.approx(9 / (4 * 5))
+
+
+def test_simulator_logs_every_event_by_hand():
+    # c = 2, K = 1, 10 s and 25 s tasks (test_fleet's staleness example): 7 aggregations
+    sim = make_sim(ALWAYS2, [10.0, 25.0], max_aggregations=7)
+    rec = sim.run()
+    rows = rec.accounting.events
+    kinds = [r[1] for r in rows]
+    assert kinds.count("aggregation") == 7 and kinds.count("aggregated") == 7
+    assert kinds.count("dispatch") == rec.accounting.dispatched_train
+    assert [r[5] for r in rows if r[1] == "aggregated"] == rec.accounting.staleness == [0, 0, 2, 1, 0, 2, 1]
+    assert [r[4] for r in rows if r[1] == "aggregation"] == list(range(1, 8))
+    first_reply = next(r for r in rows if r[1] == "reply")
+    assert first_reply[:6] == (10.0, "reply", 0, "train", 0, 0) and first_reply[7] == int(T)
+
+
+def test_an_interrupted_task_logs_its_clients_leave_and_return():
+    tr = trace_of([(0, T), (5, U), (50, T)], [(0, T)])
+    rec = make_sim(tr, [10.0, 100.0], max_aggregations=1, max_s=1000.0).run()
+    rows = [r for r in rec.accounting.events if r[2] == 0]
+    assert [(r[0], r[1]) for r in rows[:3]] == [(0.0, "dispatch"), (5.0, "leave"), (50.0, "return")]
+    assert rows[1][7] == int(U) and rows[2][7] == int(T)
+    assert next(r for r in rows if r[1] == "reply")[0] == 55.0  # resumed: 5 s before, 5 s after
+
+
+def test_run_folder_holds_events_csv_and_summary_the_participation(tmp_path):
+    sc = get_preset("tiny").with_overrides({"strategy": "felix", "availability": "avail50", "max_aggregations": "8",
+                                            "target_accuracy": "none"})
+    result = run(sc, out_dir=tmp_path, plot=False)
+    with open(tmp_path / "events.csv") as f:
+        table = list(csv.reader(f))
+    assert tuple(table[0]) == EVENT_COLUMNS
+    times = [float(r[0]) for r in table[1:]]
+    assert times == sorted(times) and times[-1] <= result.record.end_time_s
+    assert sum(r[1] == "aggregation" for r in table[1:]) == 8
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert 1 <= summary["clients_trained"] <= 12 and 0 <= summary["participation_gini"] < 1
+    assert 1 / 12 <= summary["participation_jain"] <= 1 and 0 < summary["participation_top10_share"] <= 1
