@@ -136,6 +136,12 @@ def _summary_table(summary: dict) -> str:
 
 def _check_run_arguments(args: argparse.Namespace) -> None:
     """The run's own arguments, refused in one line before any folder or file is written."""
+    for flag, value in (("--out", args.out), ("--resume", args.resume), ("--config", args.config)):
+        if value is not None and not value.strip():  # "" would silently mean the default (or a new run)
+            raise SystemExit(f"felix-jax run: {flag} {value!r}: an empty path; give a folder or file name")
+    if args.config is not None and args.preset_given:
+        raise SystemExit(f"felix-jax run: --config {args.config} and --preset {args.preset}: a run takes its "
+                         "scenario from one of them (override fields with --set)")
     if args.snapshot_every is not None and args.snapshot_every < 1:
         raise SystemExit(f"felix-jax run: --snapshot-every {args.snapshot_every}: must be a whole number of "
                          "aggregations >= 1")
@@ -277,6 +283,8 @@ def _compare(args: argparse.Namespace) -> int:
         except USER_ERRORS as e:
             raise SystemExit(f"felix-jax compare: availability {rg!r}: {_one_line(e)}")
     _check_cell_folders(base, regimes)
+    if args.out is not None and not args.out.strip():
+        raise SystemExit(f"felix-jax compare: --out {args.out!r}: an empty path; give a folder name")
     out = Path(args.out or f"results/compare-{base.name}")
     with contextlib.ExitStack() as held:
         try:  # one writer per folder for the whole comparison, never a run's folder
@@ -340,11 +348,36 @@ def _demo(args: argparse.Namespace) -> int:
     from .compile_cache import enable_compilation_cache
     from .demo import DemoConfig, run_demo
 
+    try:
+        cfg = DemoConfig(rounds=args.rounds, seed=args.seed)
+    except ValueError as e:
+        raise SystemExit(f"felix-jax demo: {_one_line(e)}")
+    target = None
+    if args.json is not None:  # checked before the demo runs, not after
+        target = Path(args.json)
+        if not args.json.strip() or target.is_dir():
+            raise SystemExit(f"felix-jax demo: --json {args.json!r}: give a file name")
+        if not target.parent.is_dir():
+            raise SystemExit(f"felix-jax demo: --json {args.json}: the folder {target.parent} does not exist")
     enable_compilation_cache()
-    result = run_demo(DemoConfig(rounds=args.rounds, seed=args.seed))
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2, default=str))
+    result = run_demo(cfg)
+    if target is not None:
+        try:  # strict JSON: a number that is not finite is written as null
+            target.write_text(json.dumps(_finite_or_none(result), indent=2, default=str, allow_nan=False))
+        except OSError as e:
+            raise SystemExit(f"felix-jax demo: cannot write --json {target}: {_one_line(e)}")
     return 0
+
+
+def _finite_or_none(value):
+    """``value`` with every float that is NaN or infinite replaced by None (JSON's null)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite_or_none(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_none(v) for v in value]
+    return value
 
 
 def _replot_run(run_dir: Path) -> Path:

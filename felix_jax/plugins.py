@@ -150,7 +150,11 @@ def load_plugins(names: str) -> list[str]:
                 importlib.import_module(item)
         except OptionError:
             raise
+        except SystemExit as e:  # sys.exit() in a user's file must not end the run as a success
+            raise OptionError(f"plugins={item!r}: importing it called sys.exit({e.code!r}); a plugin only "
+                              "registers policies") from None
         except Exception as e:  # a user's file: any error it raises is reported, with its kind
-            raise OptionError(f"plugins={item!r}: importing it failed ({type(e).__name__}: {e})") from None
+            first = (str(e).strip().splitlines() or [""])[0]
+            raise OptionError(f"plugins={item!r}: importing it failed ({type(e).__name__}: {first})") from None
         loaded.append(item)
     return loaded

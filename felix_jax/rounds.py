@@ -74,9 +74,16 @@ class FederatedRound:
         return evaluate(self.model, state.params, test)
 
     def __call__(self, state: RoundState, clients) -> tuple[RoundState, RoundMetrics]:
-        clients = np.asarray(clients, np.int64).ravel()
+        given = np.asarray(clients)
+        if given.size and given.dtype.kind not in "iu":  # 1.5 or True would be cast to another client
+            raise ValueError(f"clients must be integer client ids, got {given.dtype} values")
+        clients = given.astype(np.int64).ravel()
         if clients.size == 0:
             raise ValueError("a round needs at least one client")
+        n = self.engine.counts.size
+        if clients.min() < 0 or clients.max() >= n:
+            bad = clients[(clients < 0) | (clients >= n)]
+            raise ValueError(f"client ids {bad[:5].tolist()} outside [0, {n})")
         if len(np.unique(clients)) != clients.size:
             raise ValueError("a client appears twice in the cohort")
         if self._store is None:

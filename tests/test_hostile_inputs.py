@@ -415,3 +415,172 @@ def test_work_lost_a_sweep_into_a_folder_another_thread_writes_is_refused(tmp_pa
     assert not (out / "config.json").exists()
     with pytest.raises(ValueError, match="sweep jobs 0 and 1 both write the results folder"):
         run_sweep([SweepJob(sc, out), SweepJob(sc.with_overrides({"seed": 1}), out)], batch=2, plot=False)
+
+
+# ================================================================== issue 29, group 2: silently wrong
+def test_silently_wrong_config_and_preset_together_are_refused(tmp_path):
+    (tmp_path / "sc.json").write_text('{"strategy": "felix"}')
+    refused(["run", "--config", str(tmp_path / "sc.json"), "--preset", "tiny", "--out", str(tmp_path / "o")],
+            "--config", "--preset tiny", "one of them")
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["run", *TINY, "--out", ""], "--out ''"), (["run", "--resume", ""], "--resume ''"),
+    (["run", *TINY, "--out", "  "], "--out '  '"), (["compare", "--scenario", "tiny", "--out", ""], "--out ''")],
+    ids=["run-out", "resume", "run-out-blank", "compare-out"])
+def test_silently_wrong_an_empty_out_or_resume_path_is_refused(tmp_path, monkeypatch, argv, expected):
+    monkeypatch.chdir(tmp_path)
+    refused(argv, expected, "an empty path")
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("arrays, expected", [
+    (dict(client=np.array([0.0, 1.5]), time_s=np.zeros(2), state=np.array([2, 2])), "array client holds float64"),
+    (dict(client=np.array([0, 1]), time_s=np.zeros(2), state=np.array([True, False])), "array state holds bool"),
+    (dict(client=np.array([0, 1]), time_s=np.zeros(2), state=np.array([2, 2]), clients=np.array([0.0, 1.0])),
+     "array clients holds float64")], ids=["float-ids", "bool-states", "float-client-list"])
+def test_silently_wrong_an_npz_trace_with_float_ids_or_boolean_states_is_refused(tmp_path, arrays, expected):
+    from felix_jax.traces import load_interval_npz
+
+    np.savez(tmp_path / "t.npz", **arrays)
+    with pytest.raises(DataFileError) as info:
+        load_interval_npz(tmp_path / "t.npz")
+    assert str(info.value).startswith(str(tmp_path / "t.npz")) and expected in str(info.value)
+    refused(["run", *TINY, "--set", f"availability={tmp_path / 't.npz'}", "--out", str(tmp_path / "o")],
+            "t.npz", expected)
+
+
+def test_silently_wrong_a_scenario_files_relative_plugin_resolves_against_the_file(tmp_path, monkeypatch):
+    from felix_jax.experiment import Scenario
+
+    folder = tmp_path / "study"
+    folder.mkdir()
+    (folder / "my_policies.py").write_text(
+        "from felix_jax import plugins\n"
+        "plugins.strategy('study-fedbuff', mode='async', knowledge='none', selector='random', aggregator='fedbuff')\n")
+    (folder / "sc.json").write_text('{"plugins": "my_policies.py", "strategy": "study-fedbuff"}')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert Scenario.from_file(folder / "sc.json").plugins == str((folder / "my_policies.py").resolve())
+
+
+@pytest.mark.parametrize("sets, expected", [
+    (["--set", "strategy=felix", "--set", "num_clients=1"], "aggregation_goal=2: strategy felix (TierTrack)"),
+    (["--set", "strategy=felix", "--set", "aggregation_goal=20"], "num_clients=12: it would never aggregate"),
+    (["--set", "strategy=oort-async-oracle", "--set", "oracle_departure=free_slot", "--set", "aggregation_goal=20"],
+     "oracle_departure=free_slot")], ids=["felix-1-client", "felix-k20-12-clients", "oracle-free-slot"])
+def test_silently_wrong_tiertrack_with_fewer_clients_than_k_is_refused(tmp_path, sets, expected):
+    from felix_jax.experiment import get_preset
+
+    refused(["run", *TINY, *sets, "--out", str(tmp_path / "o")], expected)
+    assert not (tmp_path / "o").exists()
+    with pytest.raises(OptionError, match="it would never aggregate"):  # the Python API alike
+        get_preset("tiny").with_overrides(dict(s.split("=", 1) for s in sets[1::2]))
+    get_preset("tiny").with_overrides({"strategy": "felix", "aggregation_goal": 12})  # K = N still runs
+
+
+def test_silently_wrong_demo_json_never_writes_nan(tmp_path, monkeypatch):
+    import felix_jax.demo
+
+    monkeypatch.setattr(felix_jax.demo, "run_demo", lambda cfg: {"samples_per_s": float("nan"),
+                                                                 "history": [{"loss": float("inf")}]})
+    assert main(["demo", "--rounds", "1", "--json", str(tmp_path / "d.json")]) == 0
+
+    def no_constants(name):
+        raise AssertionError(f"{name} is not strict JSON")
+
+    data = json.loads((tmp_path / "d.json").read_text(), parse_constant=no_constants)
+    assert data == {"samples_per_s": None, "history": [{"loss": None}]}
+
+
+_WRONG_LOGITS_MODEL = """
+from felix_jax import plugins
+from felix_jax.models import mlp
+
+@plugins.model("three-logits")
+def make(input_shape, num_classes):
+    return mlp(input_shape, 3, hidden=(8,))
+"""
+
+
+def test_silently_wrong_a_model_with_the_wrong_number_of_logits_is_refused(tmp_path):
+    from felix_jax.experiment.registry import make_model
+
+    (tmp_path / "wrong_logits.py").write_text(_WRONG_LOGITS_MODEL)
+    refused(["run", *TINY, "--set", f"plugins={tmp_path / 'wrong_logits.py'}", "--set", "model=three-logits",
+             "--out", str(tmp_path / "o")], "model=three-logits gives logits of shape (2, 3)", "10 classes")
+    with pytest.raises(OptionError, match=r"model=three-logits gives logits of shape \(2, 3\).* 12 classes"):
+        make_model("three-logits", (8, 8, 3), 12)  # too few
+    with pytest.raises(OptionError, match=r"model=three-logits gives logits of shape \(2, 3\).* 2 classes"):
+        make_model("three-logits", (8, 8, 3), 2)  # too many
+
+
+def test_silently_wrong_a_plugin_calling_sys_exit_is_a_one_line_error(tmp_path):
+    (tmp_path / "quits.py").write_text("import sys\nsys.exit(0)\n")
+    refused(["run", *TINY, "--set", f"plugins={tmp_path / 'quits.py'}", "--out", str(tmp_path / "o")],
+            "quits.py", "sys.exit(0)")
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("fields, expected", [
+    (dict(num_clients=2.5), "num_clients=2.5: expected int, got float"),
+    (dict(num_clients=True), "num_clients=True: expected int, got bool"),
+    (dict(availability=50), "availability=50: expected str, got int"),
+    (dict(learning_rate="0.1"), "learning_rate='0.1': expected float"),
+    (dict(seed=1.0), "seed=1.0: expected int"),
+    (dict(augment=1), "augment=1: expected bool"),
+    (dict(selector=[]), "selector=[]: expected dict")], ids=lambda v: str(v) if isinstance(v, dict) else "")
+def test_silently_wrong_the_python_scenario_checks_types_like_set(fields, expected):
+    from felix_jax.experiment import Scenario
+
+    with pytest.raises(OptionError, match=expected.replace("(", r"\(").replace("[", r"\[")):
+        Scenario(**fields)
+
+
+@pytest.mark.parametrize("fields, expected", [
+    (dict(learning_rate=float("nan")), "learning_rate must be a finite number"),
+    (dict(learning_rate=float("inf")), "learning_rate must be a finite number"),
+    (dict(momentum=float("nan")), "momentum must be a finite number"),
+    (dict(batch_size=16.0), "batch_size must be a whole number"),
+    (dict(local_steps=True), "local_steps must be a whole number"),
+    (dict(augment="yes"), "augment must be true or false")], ids=lambda v: str(v) if isinstance(v, dict) else "")
+def test_silently_wrong_local_train_config_refuses_what_the_cli_refuses(fields, expected):
+    from felix_jax.cohort import LocalTrainConfig
+
+    with pytest.raises(ValueError, match=expected):
+        LocalTrainConfig(**fields)
+
+
+def test_silently_wrong_python_traces_refuse_no_clients_float_ids_and_boolean_states():
+    from felix_jax.traces import AvailabilityTrace
+
+    with pytest.raises(ValueError, match="no clients"):
+        AvailabilityTrace.from_client_lists([], [])
+    with pytest.raises(ValueError, match="no clients"):
+        AvailabilityTrace.from_rows(np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64))
+    with pytest.raises(ValueError, match="client indices must be integers, got float64"):
+        AvailabilityTrace.from_rows(np.array([0.0, 1.5]), np.zeros(2), np.array([2, 2]))
+    with pytest.raises(ValueError, match="got booleans"):
+        AvailabilityTrace.from_rows(np.array([0, 1]), np.zeros(2), np.array([True, True]))
+
+
+def test_silently_wrong_the_plain_round_api_refuses_float_or_outside_client_ids():
+    from felix_jax.cohort import LocalTrainConfig
+    from felix_jax.data.federated import to_device
+    from felix_jax.data.partition import iid_partition
+    from felix_jax.models import mlp
+    from felix_jax.rounds import FederatedRound
+    from tests.conftest import make_image_dataset
+
+    ds = make_image_dataset(num_train=40, num_test=8)
+    model = mlp((8, 8, 3), hidden=(4,))
+    rounds = FederatedRound(model, to_device(ds, iid_partition(40, 4, seed=0)), LocalTrainConfig(batch_size=8))
+    state = rounds.init(model.init(jax.random.key(0)))
+    with pytest.raises(ValueError, match="integer client ids, got float64"):
+        rounds(state, np.array([0.0, 1.5]))
+    with pytest.raises(ValueError, match="integer client ids, got bool"):
+        rounds(state, np.array([True, False]))
+    with pytest.raises(ValueError, match=r"client ids \[4\] outside \[0, 4\)"):
+        rounds(state, [0, 4])

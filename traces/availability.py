@@ -316,9 +316,13 @@ class AvailabilityTrace:
         row at all get just that initial row. ``duration_s`` defaults to the last
         row time.
         """
-        client = _as_1d("client", client, np.int64)
+        client_raw, state = np.asarray(client), np.asarray(state)
+        if client_raw.size and client_raw.dtype.kind not in "iu":  # 1.5 or True would be cast to a client
+            raise ValueError(f"client indices must be integers, got {client_raw.dtype} values")
+        if state.dtype.kind == "b":  # True would be read as code 1
+            raise ValueError("states must be Tier codes or names, got booleans")
+        client = _as_1d("client", client_raw, np.int64)
         time_s = _as_1d("time_s", time_s, np.float64)
-        state = np.asarray(state)
         if not (client.shape == time_s.shape == state.shape):
             raise ValueError(
                 f"ragged input: client {client.shape}, time_s {time_s.shape} and state "
@@ -326,6 +330,8 @@ class AvailabilityTrace:
             )
         if num_clients is None:
             num_clients = int(client.max()) + 1 if client.size else 0
+        if num_clients < 1:  # nothing to schedule: a run on it would never aggregate
+            raise ValueError("the trace holds no clients (a trace needs at least one)")
         if client.size and (client.min() < 0 or client.max() >= num_clients):
             raise ValueError(f"client indices must lie in [0, {num_clients})")
         has_zero = np.zeros(num_clients, dtype=bool)

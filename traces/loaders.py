@@ -68,10 +68,16 @@ def _trace_from_id_rows(
     duration_s: float | None = None,
     beyond_end: BeyondEnd = "hold",
     client_duration_s=None,
+    path,
 ) -> AvailabilityTrace:
     """Rows keyed by external client ids -> trace over indices (position in all_ids)."""
     ids = np.asarray(ids, dtype=np.int64)
     all_ids = np.unique(ids) if all_ids is None else np.asarray(all_ids, dtype=np.int64)
+    if all_ids.size == 0:
+        raise DataFileError(path, "the trace holds no clients")
+    if np.unique(all_ids).size != all_ids.size:
+        uniq, counts = np.unique(all_ids, return_counts=True)
+        raise DataFileError(path, f"client id {int(uniq[counts > 1][0])} appears more than once in the client list")
     order = np.argsort(all_ids, kind="stable")
     pos = np.searchsorted(all_ids[order], ids)
     pos = np.minimum(pos, max(all_ids.size - 1, 0))
@@ -123,6 +129,7 @@ def load_reference_trace(
             z[f"{name}_state"],
             all_ids=z["client"],
             beyond_end=beyond_end,
+            path=file,
         )
     return _with_clients(trace, file)
 
@@ -239,6 +246,7 @@ def load_fedscale_trace(path: str | os.PathLike) -> AvailabilityTrace:
         duration_s=float(period.max(initial=0.0)),
         beyond_end="repeat",
         client_duration_s=period[by_id],
+        path=path,
     )
     return _with_clients(trace, path)
 
@@ -320,7 +328,7 @@ def _read_interval_csv(path, duration_s: float | None, beyond_end: BeyondEnd | N
         duration_s = float(meta["duration_s"])
     if beyond_end is None:
         beyond_end = meta.get("beyond_end", "hold")  # type: ignore[assignment]
-    return _trace_from_id_rows(ids, times, states, duration_s=duration_s, beyond_end=beyond_end)
+    return _trace_from_id_rows(ids, times, states, duration_s=duration_s, beyond_end=beyond_end, path=path)
 
 
 def save_interval_npz(trace: AvailabilityTrace, path: str | os.PathLike) -> None:
@@ -357,6 +365,14 @@ def load_interval_npz(
         return _with_clients(_read_interval_npz(path, need, prefix, duration_s, beyond_end), path)
 
 
+def _integer_array(path, name: str, values: np.ndarray, what: str) -> np.ndarray:
+    """``values`` of an NPZ array that must hold integers: a float or boolean array is refused
+    naming the file and the array (it would be cast silently: 1.5 -> 1, True -> 1)."""
+    if values.dtype.kind not in "iu":
+        raise DataFileError(path, f"array {name} holds {values.dtype} values: {what} must be an integer array")
+    return values
+
+
 def _read_interval_npz(path, need: list[str], prefix: str, duration_s: float | None,
                        beyond_end: BeyondEnd | None) -> AvailabilityTrace:
     with open_npz(path) as z:
@@ -364,13 +380,16 @@ def _read_interval_npz(path, need: list[str], prefix: str, duration_s: float | N
         if not set(need) <= keys:
             raise DataFileError(path, f"missing arrays {sorted(set(need) - keys)}")
         ids, times, states = (z[k] for k in need)
+        ids = _integer_array(path, need[0], ids, "client ids")
         if states.dtype.kind in "US":
             states = _parse_states(states.tolist())
+        else:
+            states = _integer_array(path, need[2], states, "states (0 UN_AVL, 1 AVL_EVAL, 2 AVL_TRAIN, or names)")
         all_ids = None
         if "clients" in keys:
-            all_ids = z["clients"]
+            all_ids = _integer_array(path, "clients", z["clients"], "client ids")
         elif prefix and "client" in keys:
-            all_ids = z["client"]
+            all_ids = _integer_array(path, "client", z["client"], "client ids")
         if duration_s is None and "duration_s" in keys:
             duration_s = float(z["duration_s"])
         if beyond_end is None:
@@ -384,4 +403,5 @@ def _read_interval_npz(path, need: list[str], prefix: str, duration_s: float | N
         duration_s=duration_s,
         beyond_end=beyond_end,
         client_duration_s=client_duration_s,
+        path=path,
     )

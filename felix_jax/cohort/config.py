@@ -39,6 +39,20 @@ class LocalTrainConfig:
     utility_on_augmented: bool = False
 
     def __post_init__(self):
+        for name in ("batch_size", "local_epochs", "local_steps"):  # a whole number, not a float or a bool
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise ValueError(f"{name} must be a whole number, got {value!r}")
+        for name in ("learning_rate", "momentum", "weight_decay"):  # NaN compares false: checked as finite
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+                    or not np.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
+        for name in ("drop_last", "augment", "min_one_step", "utility_on_augmented"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if self.momentum < 0 or self.weight_decay < 0:
+            raise ValueError(f"momentum and weight_decay must be >= 0, got {self.momentum} and {self.weight_decay}")
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.mode not in ("epochs", "steps"):

@@ -167,4 +167,26 @@ def make_model(name: str, input_shape: tuple, num_classes: int) -> Model:
     except KeyError:
         raise KeyError(f"unknown model {name!r}; known: {', '.join(MODELS)}") from None
     check_model_input(name, input_shape)
-    return factory(tuple(input_shape), num_classes)
+    model = factory(tuple(input_shape), num_classes)
+    check_model_output(name, model, tuple(input_shape), num_classes)
+    return model
+
+
+def check_model_output(name: str, model: Model, input_shape: tuple, num_classes: int) -> None:
+    """Refuses (OptionError, one line naming the model) a model that does not give one logit per class
+    of the data set for each input (a plugin's output layer of the wrong width would otherwise train
+    on labels it cannot express, or leave classes without a logit). Shapes only: nothing is computed."""
+    import jax
+
+    batch = jax.ShapeDtypeStruct((2, *input_shape), np.float32)
+    try:
+        params = jax.eval_shape(model.init, jax.random.key(0))
+        logits = jax.eval_shape(model.apply, params, batch)
+    except Exception as e:  # noqa: BLE001 - a user's model: whatever it raises is reported in one line
+        first = (str(e).strip().splitlines() or [""])[0]
+        raise OptionError(f"model={name} cannot run on inputs of shape {tuple(input_shape)} per sample "
+                          f"({type(e).__name__}: {first})") from None
+    shape = tuple(getattr(logits, "shape", ()))
+    if shape != (2, num_classes):
+        raise OptionError(f"model={name} gives logits of shape {shape} for a batch of 2, but the data set has "
+                          f"{num_classes} classes: its output layer must give (batch, {num_classes})")

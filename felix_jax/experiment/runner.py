@@ -25,6 +25,7 @@ from ..data.partition import (Partition, dirichlet_partition, dirichlet_sized_pa
                               pool_partition, scale_counts)
 from ..traces import REFERENCE_TRACE_NAMES, load_reference_clients
 from ..fleet.config import FleetConfig, StopRule
+from ..fleet.knowledge import Knowledge
 from ..fleet.modes import AsyncMode, SyncMode
 from ..fleet.simulator import Checkpoint, FleetSimulator, RunRecord
 from ..options import OptionError, to_json
@@ -50,7 +51,7 @@ def build_simulator(sc: Scenario, on_checkpoint=None) -> FleetSimulator:
     scenario that is valid field by field but not as a whole, or not for its data."""
     resolved = sc.resolve_strategy()
     strategy = resolved.strategy
-    _check_fleet(sc, strategy.mode)
+    check_fleet(sc, strategy)
     ds = load_dataset(sc.dataset)
     for field, wanted, have, kind in (("num_train", sc.num_train, len(ds.train_y), "training"),
                                       ("num_test", sc.num_test, len(ds.test_y), "test")):
@@ -182,14 +183,23 @@ def check_recorded_config(path, data: dict, sc: Scenario) -> None:
                                   "(e.g. scenario.aggregator.server_lr) and leave the resolved sections as written")
 
 
-def _check_fleet(sc: Scenario, mode: str) -> None:
-    """Checks across fields that scenario validation cannot make alone (before any data is loaded)."""
+def check_fleet(sc: Scenario, strategy) -> None:
+    """Checks across fields and the strategy, before any data is loaded (a Scenario makes them when it
+    is built, so the CLI and the Python API refuse alike)."""
     if sc.availability.startswith("ref:") and sc.availability[4:] not in REFERENCE_TRACE_NAMES:
         raise OptionError(f"availability={sc.availability!r}: unknown reference trace; known: "
                           + ", ".join(f"ref:{n}" for n in REFERENCE_TRACE_NAMES))
-    if mode == "sync" and sc.aggregation_goal > sc.num_clients:
+    if strategy.mode == "sync" and sc.aggregation_goal > sc.num_clients:
         raise OptionError(f"aggregation_goal={sc.aggregation_goal}: a sync round needs that many distinct clients "
                           f"but the population has num_clients={sc.num_clients}")
+    cfg = fleet_config(sc, strategy)
+    if cfg.mode == "async" and sc.aggregation_goal > sc.num_clients and (
+            cfg.detaches_on_departure or cfg.reading.async_exclusion == "every_async"):
+        why = ("TierTrack" if cfg.knowledge is Knowledge.TIERTRACK else "oracle_departure=free_slot"
+               if cfg.detaches_on_departure else "reading.async_exclusion=every_async")
+        raise OptionError(f"aggregation_goal={sc.aggregation_goal}: strategy {sc.strategy} ({why}) trains each "
+                          f"client at most once per aggregation, so it needs that many distinct clients but the "
+                          f"population has num_clients={sc.num_clients}: it would never aggregate")
 
 
 def reference_sizes(num_clients: int, num_samples: int) -> np.ndarray:

@@ -14,12 +14,15 @@ validated when it is built: a bad field or option raises one
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import typing
 from pathlib import Path
 
-from ..options import OptionError, parse_value
+import numpy as np
+
+from ..options import OptionError, _type_name, parse_value
 
 POLICY_FIELDS = ("selector", "eval_selector", "aggregator", "update_guard")
 OPTION_FIELDS = POLICY_FIELDS + ("stream", "reading")  # dict fields that dotted keys reach
@@ -99,6 +102,7 @@ class Scenario:
     devices: int | None = None  # devices the cohort is sharded over; None: all that jax sees, 1: one device
 
     def __post_init__(self):
+        _check_types(self)  # the Python API's values as strictly as --set's: 2.5 clients, a number for a name
         for field in PATH_FIELDS:  # file names by absolute path too
             value = getattr(self, field)
             if _names_file(field, value):
@@ -111,7 +115,7 @@ class Scenario:
             value = getattr(self, name)
             if value is not None and not rule(value):
                 raise OptionError(f"{name}={value!r}: must be {allowed}")
-        self.resolve_strategy()  # every policy option is checked now, not hours into a run (loads plugins)
+        strategy = self.resolve_strategy().strategy  # every policy option is checked now, not hours into a run
         from .registry import MODELS
 
         if self.model not in MODELS:
@@ -120,6 +124,9 @@ class Scenario:
         self.resolve_stream()
         self.resolve_reading()
         self._check_names()
+        from .runner import check_fleet
+
+        check_fleet(self, strategy)  # across fields: a fleet that could never aggregate
 
     def _check_names(self) -> None:
         """Names that are resolved only when a run is built (data set, execution plan): checked now,
@@ -285,6 +292,40 @@ FIELD_HELP: dict[str, str] = {
 PATH_FIELDS = ("dataset", "availability", "device_profile")  # may name a file
 
 
+@functools.lru_cache(maxsize=1)
+def _field_types() -> tuple[tuple[str, typing.Any, type, bool], ...]:
+    """(field, hint, base type, optional) of every Scenario field."""
+    hints = typing.get_type_hints(Scenario)
+    out = []
+    for f in dataclasses.fields(Scenario):
+        args = typing.get_args(hints[f.name])
+        base = next((a for a in args if a is not type(None)), hints[f.name])
+        out.append((f.name, hints[f.name], base, type(None) in args))
+    return tuple(out)
+
+
+def _check_types(sc: Scenario) -> None:
+    """Every field of ``sc`` has its annotated type: an int is an int (not a bool, not a float), a
+    float any real number but a bool, a string a string, a bool a bool, an option field a dict; a
+    numpy scalar counts as its Python value (and is stored as one). Raises OptionError naming the
+    field: values from ``--set`` and files are parsed by type (``with_overrides``), but the
+    Python API passes them as they are."""
+    for name, hint, base, optional in _field_types():
+        value = getattr(sc, name)
+        if value is None and optional:
+            continue
+        if isinstance(value, np.generic):  # np.int64(3) -> 3, so config.json records a number
+            value = value.item()
+            object.__setattr__(sc, name, value)
+        ok = {bool: lambda v: isinstance(v, bool),
+              int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+              float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+              str: lambda v: isinstance(v, str),
+              dict: lambda v: isinstance(v, dict)}[base](value)
+        if not ok:
+            raise OptionError(f"{name}={value!r}: expected {_type_name(hint)}, got {type(value).__name__}")
+
+
 def _names_file(field: str, value) -> bool:
     if not isinstance(value, str) or value.startswith(("ref:", "tfds:")):
         return False
@@ -296,12 +337,17 @@ def _names_file(field: str, value) -> bool:
 
 
 def _resolve_paths(data: dict, base: Path) -> dict:
-    """A scenario file's relative file names, taken relative to the file's own folder."""
+    """A scenario file's relative file names (data, trace and profile files, plugin ``.py`` files),
+    taken relative to the file's own folder."""
     out = dict(data)
     for field in PATH_FIELDS:
         value = out.get(field)
         if _names_file(field, value) and not Path(value).expanduser().is_absolute():
             out[field] = str((base / value).resolve())
+    if isinstance(out.get("plugins"), str):  # a module name stays a module name
+        out["plugins"] = ",".join(
+            str((base / p).resolve()) if p.endswith(".py") and not Path(p).expanduser().is_absolute() else p
+            for p in (p.strip() for p in out["plugins"].split(",")) if p)
     return out
 
 
