@@ -64,3 +64,17 @@ def test_run_folder_holds_events_csv_and_summary_the_participation(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert 1 <= summary["clients_trained"] <= 12 and 0 <= summary["participation_gini"] < 1
     assert 1 / 12 <= summary["participation_jain"] <= 1 and 0 < summary["participation_top10_share"] <= 1
+
+
+def test_run_figures_are_titled_with_strategy_regime_and_seed_and_participation_is_drawn(tmp_path):
+    from felix_jax.experiment.event_log import read_event_log
+    from felix_jax.experiment.results import run_title
+
+    assert run_title({"scenario": {"strategy": "felix", "availability": "/data/my/trace.npz", "seed": 2}}) == \
+        "felix | trace.npz | seed 2"
+    sc = get_preset("tiny").with_overrides({"strategy": "fedbuff", "max_aggregations": "4", "target_accuracy": "none"})
+    result = run(sc, out_dir=tmp_path, plot=True)
+    assert (tmp_path / "participation.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = read_event_log(tmp_path / "events.csv")  # round-trips what the run logged, up to its end
+    logged = [r for r in result.record.accounting.events if r[0] <= result.record.end_time_s]
+    assert sorted(rows, key=lambda r: r[0]) == sorted(logged, key=lambda r: r[0])

@@ -26,12 +26,13 @@ import jax
 import numpy as np
 
 from ..fleet.simulator import Checkpoint, RunRecord
-from .event_log import EVENT_COLUMNS, EVENTS_FILE, participation, write_event_log
+from .event_log import EVENT_COLUMNS, EVENTS_FILE, participation, plot_participation, write_event_log
 from ..traces.data_paths import DataFileError, reading
 
 METRIC_COLUMNS = ["time_s", "hours", "version", "accuracy", "loss", "bytes_total", "staleness_mean", "interval_s"]
 # what a run writes into its folder (a replacing run replaces these and its snapshot, nothing else)
-RESULT_FILES = ("config.json", "metrics.csv", "summary.json", "distributions.json", "accuracy.png", EVENTS_FILE)
+RESULT_FILES = ("config.json", "metrics.csv", "summary.json", "distributions.json", "accuracy.png", EVENTS_FILE,
+                "participation.png")
 SNAPSHOT_DIR = "snapshot"  # a run's snapshots (felix_jax.fleet.snapshot), for --resume
 
 
@@ -150,6 +151,7 @@ _WRITTEN_BY_A_RUN = {
     "summary.json": lambda p: p.is_file() and _json_object_with(p, "stop_reason"),
     "distributions.json": lambda p: p.is_file() and _json_object_with(p, "staleness"),
     "accuracy.png": lambda p: p.is_file() and _first_bytes(p, 8) == b"\x89PNG\r\n\x1a\n",
+    "participation.png": lambda p: p.is_file() and _first_bytes(p, 8) == b"\x89PNG\r\n\x1a\n",
     EVENTS_FILE: lambda p: p.is_file() and _first_bytes(p, 200).split(b"\n")[0].strip() == ",".join(
         EVENT_COLUMNS).encode(),
     SNAPSHOT_DIR: lambda p: p.is_dir() and all(_SNAPSHOT_ENTRY.fullmatch(q.name) for q in p.iterdir()),
@@ -439,9 +441,19 @@ def write_results(out_dir: str | Path, config: dict, record: RunRecord, summary:
         "aggregation_times_s": record.aggregation_times}))
     write_event_log(out / EVENTS_FILE, a.events, record.end_time_s)
     if plot:
-        plot_accuracy(record, out / "accuracy.png", title=config.get("scenario", {}).get("strategy", ""),
+        plot_accuracy(record, out / "accuracy.png", title=run_title(config),
                       target=config.get("scenario", {}).get("target_accuracy"))
+        plot_participation(a.events, record.num_clients, out / "participation.png", run_title(config))
     return out
+
+
+def run_title(config: dict) -> str:
+    """A run's figure title: strategy, regime (a trace file by its name) and seed."""
+    sc = config.get("scenario", {})
+    regime = str(sc.get("availability", ""))
+    if "/" in regime or "\\" in regime:
+        regime = Path(regime).name
+    return f"{sc.get('strategy', '')} | {regime} | seed {sc.get('seed', '')}"
 
 
 def plot_accuracy(record: RunRecord, path: Path, title: str = "", target: float | None = None) -> None:
