@@ -6,8 +6,13 @@ Writes ``DIR/summary.csv`` (one row per run), ``DIR/summary_pooled.csv`` and ``D
 ratios against FeLiX seed by seed and the seeds it won, bytes), one results folder per
 run (``DIR/runs/<strategy>-<availability>-seed<k>``), and figures:
 ``accuracy.png`` (accuracy vs virtual hours per regime), ``bytes.png`` (bytes per
-strategy, train vs eval), ``cdfs.png`` (staleness, utility age and aggregation
-weights of FeLiX vs OORT+Async).
+strategy, train vs eval), ``cdfs.png`` (staleness, utility age and relative aggregation
+weights per strategy) and ``time_to_target.png`` (hours to target seed by seed, with the
+mean and its 95% interval).
+
+A cell's strategy may be a variant ``NAME@KEY=VALUE[;KEY=VALUE]`` (:func:`parse_cell_strategy`);
+:func:`parse_sweep` and :func:`sweep_strategies` cross every strategy with each value of an
+option (``felix-jax compare --sweep timeout_s=30,90``: cells ``felix@timeout_s=30``, ...).
 """
 
 from __future__ import annotations
@@ -32,11 +37,12 @@ SUMMARY_COLUMNS = ["strategy", "scenario", "availability", "seed", "time_to_targ
                    "host_seconds"]
 
 
-FIGURES = ("accuracy.png", "bytes.png", "cdfs.png")
+FIGURES = ("accuracy.png", "bytes.png", "cdfs.png", "time_to_target.png")
 
 
 def cell_dir(out: Path, strategy: str, regime: str, seed: int) -> Path:
     name = strategy.replace("@", "+").replace("=", "-").replace(";", "+")  # a variant's label too
+    name = name.replace("/", "_").replace("\\", "_")  # an option's value that is a path: one folder
     if "/" in regime or "\\" in regime:  # a trace file: its name, not its path, names the folder
         regime = "file_" + Path(regime).name
     return out / "runs" / f"{name}-{regime.replace(':', '_')}-seed{seed}"
@@ -57,6 +63,69 @@ def _changed_cell(sc: Scenario, run_dir: Path) -> str | None:
     recorded, wanted = config.get("scenario", {}), json.loads(json.dumps(sc.to_json(), default=str))
     keys = sorted(k for k in set(recorded) | set(wanted) if recorded.get(k) != wanted.get(k))
     return None if not keys else ", ".join(f"{k} {recorded.get(k)!r} -> {wanted.get(k)!r}" for k in keys[:6])
+
+
+AXES = {"strategy": "--strategies", "availability": "--availability", "seed": "--seeds"}  # a comparison's own
+
+
+def regime_label(regime: str) -> str:
+    """A regime as tables and figure titles show it: a trace file by its base name, not its path."""
+    return Path(regime).name if "/" in regime or "\\" in regime else regime
+
+
+def parse_sweep(spec: str) -> tuple[str, list[str]]:
+    """``--sweep KEY=v1,v2,...``: the scenario key and its values. A ``ValueError`` (one line) for no
+    ``=``, an empty key, an axis the comparison owns (strategy, availability, seed), an empty value
+    list or value, a value given twice, or a ``;`` / ``@`` in a value (they separate a cell's options)."""
+    key, eq, text = spec.partition("=")
+    key = key.strip()
+    if not eq or not key:
+        raise ValueError(f"--sweep {spec!r}: expected KEY=v1,v2,... (e.g. timeout_s=30,90)")
+    if key in AXES:
+        raise ValueError(f"--sweep {key}=...: {key} is an axis of the comparison already; give it with {AXES[key]}")
+    values = [v.strip() for v in text.split(",")]
+    if not any(values):
+        raise ValueError(f"--sweep {key}=: no values; give them as {key}=v1,v2,...")
+    if "" in values:
+        raise ValueError(f"--sweep {spec!r}: an empty value; give them as {key}=v1,v2,...")
+    twice = sorted({v for v in values if values.count(v) > 1})
+    if twice:
+        raise ValueError(f"--sweep {key}: lists {', '.join(twice)} more than once")
+    bad = [v for v in values if ";" in v or "@" in v]
+    if bad:
+        raise ValueError(f"--sweep {key}: value {bad[0]!r}: ';' and '@' separate a cell's options")
+    return key, values
+
+
+def sweep_strategies(strategies: list[str], sweeps: list[tuple[str, list[str]]]) -> list[str]:
+    """Every strategy (a name or a variant ``NAME@KEY=VALUE``) crossed with each value of each swept
+    key, in order: ``felix`` and ``timeout_s=30,90`` give ``felix@timeout_s=30``, ``felix@timeout_s=90``
+    (a variant gains ``;timeout_s=30``; two sweeps give every combination). A ``ValueError`` for a key
+    swept twice or one a variant already sets."""
+    keys = [k for k, _ in sweeps]
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    if twice:
+        raise ValueError(f"--sweep {twice[0]}: swept twice; give its values in one --sweep {twice[0]}=v1,v2,...")
+    labels = list(strategies)
+    for key, values in sweeps:
+        crossed = []
+        for spec in labels:
+            if key in parse_cell_strategy(spec)[1]:
+                raise ValueError(f"--sweep {key}: strategy {spec!r} sets {key} itself")
+            crossed += [f"{spec}{';' if '@' in spec else '@'}{key}={value}" for value in values]
+        labels = crossed
+    return labels
+
+
+def cell_overrides(spec: str) -> dict[str, str]:
+    """A cell's strategy spec as scenario overrides (its variant's options and ``strategy``); a
+    ``ValueError`` for a variant that sets an axis of the comparison (strategy, availability, seed)."""
+    name, extra = parse_cell_strategy(spec)
+    for key in extra:
+        if key in AXES:
+            raise ValueError(f"cell strategy {spec!r}: {key} is an axis of the comparison; give it with "
+                             f"{AXES[key]}")
+    return {**extra, "strategy": name}
 
 
 def parse_cell_strategy(spec: str) -> tuple[str, dict[str, str]]:
@@ -130,8 +199,7 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
     todo = cells if cells is not None else [(st, rg, sd) for rg in regimes for st in strategies for sd in seeds]
     scenarios = []
     for spec, rg, sd in todo:  # a cell's strategy may be a variant NAME@KEY=VALUE (parse_cell_strategy)
-        name, extra = parse_cell_strategy(spec)
-        scenarios.append(base.with_overrides({**extra, "strategy": name, "availability": rg, "seed": sd}))
+        scenarios.append(base.with_overrides({**cell_overrides(spec), "availability": rg, "seed": sd}))
     labels = [spec for spec, _, _ in todo]
     rows: list[dict | None] = [None] * len(todo)
     pending = []
@@ -146,8 +214,9 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
                               "rerun it, or choose another --out")
         done = _finished_row(sc, run_dir) if resume else None
         if done is not None:
-            rows[i] = _row(sc, base, done, run_dir, labels[i])
-            log(f"[{i + 1}/{len(todo)}] {labels[i]} on {sc.availability}, seed {sc.seed}: finished earlier, kept")
+            rows[i] = {**_row(sc, base, done, run_dir, labels[i]), "_kept": True}
+            log(f"[{i + 1}/{len(todo)}] {labels[i]} on {regime_label(sc.availability)}, seed {sc.seed}: "
+                "finished earlier, kept")
         else:
             pending.append(i)
     if batch > 1 and workers > 1:
@@ -183,14 +252,18 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
             cells_bar = tqdm(total=len(todo), initial=len(todo) - len(pending), desc="cells", unit="cell",
                              file=sys.stderr, leave=True)
         try:
-            for i in pending:
+            walls: list[float] = []  # wall seconds of each cell run here: the whole comparison's ETA
+            for n, i in enumerate(pending):
                 sc = scenarios[i]
-                log(f"[{i + 1}/{len(todo)}] {labels[i]} on {sc.availability}, seed {sc.seed}")
+                log(f"[{i + 1}/{len(todo)}] {labels[i]} on {regime_label(sc.availability)}, seed {sc.seed}"
+                    f"{comparison_eta(walls, len(pending) - n)}")
+                started = time.perf_counter()
                 if cells_bar is not None:
-                    cells_bar.set_postfix_str(f"{labels[i]}/{sc.availability}/seed{sc.seed}")
+                    cells_bar.set_postfix_str(f"{labels[i]}/{regime_label(sc.availability)}/seed{sc.seed}")
                 run_dir = cell_dir(out, labels[i], sc.availability, sc.seed)
                 summary = _run_cell(sc, run_dir, progress, deadline, plot, cell_budget_s)
                 rows[i] = None if summary is None else _row(sc, base, summary, run_dir, labels[i])
+                walls.append(time.perf_counter() - started)
                 if cells_bar is not None:
                     cells_bar.update(1)
         finally:
@@ -205,6 +278,7 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
                                    scenarios[i].availability, scenarios[i].seed), False, deadline, plot,
                                    cell_budget_s): i
                        for i in pending}
+            started = time.perf_counter()
             for n, fut in enumerate(as_completed(futures), 1):
                 i = futures[fut]
                 sc = scenarios[i]
@@ -213,11 +287,30 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
                 if summary is None:
                     continue
                 rows[i] = _row(sc, base, summary, run_dir, labels[i])
-                log(f"[{n}/{len(pending)} run] {labels[i]} on {sc.availability}, seed {sc.seed}: "
-                    f"{rows[i]['stop_reason']}")
+                # cells finish ``workers`` at a time: the mean per finished cell is over the elapsed time
+                per_cell = [(time.perf_counter() - started) / n] * n
+                log(f"[{n}/{len(pending)} run] {labels[i]} on {regime_label(sc.availability)}, seed {sc.seed}: "
+                    f"{rows[i]['stop_reason']}{comparison_eta(per_cell, len(pending) - n)}")
     done = [r for r in rows if r is not None]
     write_summary_csv(done, out)
     return done
+
+
+def comparison_eta(walls: list[float], cells_left: int) -> str:
+    """The whole comparison's ETA for a progress line: the mean wall time of the cells finished so
+    far times the cells left (``""`` before any cell has finished, or with none left)."""
+    if not walls or cells_left <= 0:
+        return ""
+    from .runner import _format_seconds
+
+    mean = sum(walls) / len(walls)
+    return (f" | comparison ETA {_format_seconds(mean * cells_left)} ({cells_left} cell"
+            f"{'s' if cells_left != 1 else ''} left at {_format_seconds(mean)} per finished cell)")
+
+
+def all_kept(rows: list[dict]) -> bool:
+    """Every cell of :func:`run_matrix`'s rows had finished earlier and none ran now."""
+    return bool(rows) and all(r.get("_kept") for r in rows)
 
 
 def write_summary_csv(rows: list[dict], out: Path) -> Path:
@@ -411,7 +504,7 @@ def comparison_table(rows: list[dict], strategies: list[str], regimes: list[str]
     cells = pool_cells(rows, strategies, regimes, reference)
     pooled = {(p["strategy"], p["availability"]): p for p in cells}
     seeds = sorted({r["seed"] for r in rows})
-    wr = max([18] + [len(rg) for rg in regimes])  # a long regime or variant label widens its column
+    wr = max([18] + [len(regime_label(rg)) for rg in regimes])  # a long regime or variant label widens its column
     ws = max([26] + [len(st) for st in strategies])
     lines = [f"time to target (accuracy {target if target is not None else 'none'}; the mean of the last 20 test "
              f"accuracies and the last one reach it) in virtual hours, over seeds {','.join(map(str, seeds))}; "
@@ -430,7 +523,8 @@ def comparison_table(rows: list[dict], strategies: list[str], regimes: list[str]
             whole = p["reached"] == p["seeds"] and ref is not None and ref["reached"] == ref["seeds"] and ref["hours_mean"]
             ratio = f"x{_sig(p['hours_mean'] / ref['hours_mean'])}" if whole else "-"
             wins = p["ref_wins"] or "-"
-            lines.append(f"{rg:<{wr}} {st:<{ws}} {p['reached']:>3}/{p['seeds']:<3} {mean:>7} {std:>7} {ci:>18} "
+            lines.append(f"{regime_label(rg):<{wr}} {st:<{ws}} {p['reached']:>3}/{p['seeds']:<3} {mean:>7} {std:>7} "
+                         f"{ci:>18} "
                          f"{ratio:>6} {wins:>8} {_sig(p['gb_total']):>8}  {per_seed_text(p['versus_reference'])}")
     lines += ["n: seeds that reached the target / seeds run; mean h, std, 95% CI: over the seeds that reached it, "
               "std the sample std (ddof=1), CI the Student t interval of the mean, mean -+ t(0.975, n-1) * std / "
@@ -462,64 +556,134 @@ def _accuracy_curves(rows: list[dict], st: str, rg: str, grid: np.ndarray) -> np
     return np.array(curves) if curves else None
 
 
+LINESTYLES = ("-", "--", "-.", ":", (0, (8, 2)), (0, (3, 1, 1, 1, 1, 1)), (0, (1, 1)))
+
+
+def strategy_styles(strategies: list[str], reference: str | None = None) -> dict[str, dict]:
+    """Per strategy label, how its lines are drawn (``color``, ``ls``, ``lw``, ``zorder``): each
+    strategy its own color and line style, so curves that lie on one another stay apart; where
+    labels are variants of one strategy (a sweep, ``NAME@KEY=VALUE``) they share its color and
+    differ by line style. The reference is drawn thicker and on top."""
+    import matplotlib.pyplot as plt
+
+    cmap = plt.get_cmap("tab10")
+    bases = list(dict.fromkeys(parse_cell_strategy(st)[0] for st in strategies))
+    shared = len(bases) < len(strategies)
+    variant_index: dict[str, int] = {}
+    styles = {}
+    for i, st in enumerate(strategies):
+        base = parse_cell_strategy(st)[0]
+        if shared:
+            color, style = bases.index(base), variant_index.get(base, 0)
+            variant_index[base] = style + 1
+        else:
+            color, style = i, i
+        top = st == reference
+        styles[st] = {"color": cmap(color % 10), "ls": LINESTYLES[style % len(LINESTYLES)],
+                      "lw": 2.0 if top else 1.3, "zorder": 3 if top else 2}
+    return styles
+
+
+def _drawing_order(strategies: list[str], reference: str | None) -> list[str]:
+    """The reference last: drawn on top of the others."""
+    return [st for st in strategies if st != reference] + ([reference] if reference in strategies else [])
+
+
+def _legend_below(fig, handles, labels, fontsize: float = 8) -> None:
+    """One legend under the panels, in as many rows as its entries need to fit the figure's width
+    (saved with ``bbox_inches="tight"``, so nothing is clipped)."""
+    width_in = fig.get_size_inches()[0]
+    entry_in = max(len(lab) for lab in labels) * fontsize * 0.55 / 72 + 0.6  # text and line sample
+    fits = max(1, min(len(labels), int(width_in // entry_in)))
+    ncol = math.ceil(len(labels) / math.ceil(len(labels) / fits))  # rows filled evenly
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=ncol, fontsize=fontsize,
+               frameon=False)
+
+
+def _save(fig, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def _end_hours(row: dict) -> float | None:
+    """Where a run ended, in virtual hours: its summary's ``end_time_s`` (from the row, else its
+    ``summary.json``), else its last checkpoint; None if none of them can be read."""
+    summary = row.get("_summary")
+    if not summary:
+        try:
+            summary = json.loads((Path(row["run_dir"]) / "summary.json").read_text())
+        except (OSError, ValueError, KeyError, TypeError):
+            summary = {}
+    if summary.get("end_time_s") is not None:
+        return summary["end_time_s"] / 3600
+    try:
+        data = np.genfromtxt(Path(row["run_dir"]) / "metrics.csv", delimiter=",", names=True)
+        return float(np.atleast_1d(data["hours"])[-1])
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
+
+
 def plot_comparison(rows: list[dict], strategies: list[str], regimes: list[str], out: Path,
-                    target: float | None = None) -> list[Path]:
+                    target: float | None = None, reference: str | None = None) -> list[Path]:
     """``accuracy.png`` (mean over seeds with a min-max band, the target line, shared axes, one
-    legend), ``bytes.png`` (GB per strategy, train and eval stacked, each bar labelled with its total
-    and eval share) and ``cdfs.png`` (per regime: staleness at aggregation, utility age at a train
-    pick and aggregation weight of every strategy; a strategy with no such values says so)."""
+    legend below), ``bytes.png`` (GB per strategy, train and eval stacked, each bar labelled with its
+    total and eval share), ``cdfs.png`` (per regime: staleness at aggregation, utility age at a train
+    pick and aggregation weight relative to the strategy's mean weight; a strategy with no such
+    values says so) and, when there is a target, ``time_to_target.png`` (:func:`plot_time_to_target`).
+    Every strategy keeps one color and line style (:func:`strategy_styles`); the ``reference``
+    (default ``felix``, else the first strategy) is drawn on top. A trace file's regime is titled by
+    its file name."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     target = _target_of(rows) if target is None else target
+    reference = _default_reference(strategies) if reference is None else reference
     paths = []
     for name in FIGURES:  # every figure is redrawn from the cells there are: none outlives its data
         (out / name).unlink(missing_ok=True)
-    colors = {st: plt.get_cmap("tab10")(i % 10) for i, st in enumerate(strategies)}
+    styles = strategy_styles(strategies, reference)
+    order = _drawing_order(strategies, reference)
     seeds = sorted({r["seed"] for r in rows})
-    end_h = max([r["_summary"]["end_time_s"] / 3600 for r in rows if r.get("_summary")] or [0.0])
-    if not end_h:
-        for r in rows:
-            data = np.genfromtxt(Path(r["run_dir"]) / "metrics.csv", delimiter=",", names=True)
-            end_h = max(end_h, float(np.atleast_1d(data["hours"])[-1]))
+    end_h = max([h for h in map(_end_hours, rows) if h is not None] or [0.0])
     grid = np.linspace(0.0, max(end_h, 1e-6), 400)
-    fig, axes = plt.subplots(1, len(regimes), figsize=(4.2 * len(regimes), 3.6), squeeze=False, sharex=True,
-                             sharey=True)
+    fig, axes = plt.subplots(1, len(regimes), figsize=(max(4.2 * len(regimes), 5.0), 3.6), squeeze=False,
+                             sharex=True, sharey=True)
+    handles: dict[str, object] = {}
     for ax, rg in zip(axes[0], regimes):
-        for st in strategies:
+        for st in order:
             curves = _accuracy_curves(rows, st, rg, grid)
             if curves is None:
                 continue
             with np.errstate(all="ignore"), warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns after every run's end
                 mean, lo, hi = np.nanmean(curves, 0), np.nanmin(curves, 0), np.nanmax(curves, 0)
-            ax.plot(grid, mean, color=colors[st], lw=1.2, label=st)
+            (handles[st],) = ax.plot(grid, mean, label=st, **styles[st])
             if len(curves) > 1:
-                ax.fill_between(grid, lo, hi, color=colors[st], alpha=0.15, lw=0)
+                ax.fill_between(grid, lo, hi, color=styles[st]["color"], alpha=0.15, lw=0,
+                                zorder=styles[st]["zorder"] - 1)
         if target is not None:
-            ax.axhline(target, color="k", ls="--", lw=0.8, label=f"target {target:g}")
-        ax.set_title(rg)
+            handles["_target"] = ax.axhline(target, color="k", ls="--", lw=0.8, zorder=1)
+        ax.set_title(regime_label(rg))
         ax.set_xlabel("virtual hours")
+        ax.set_ylabel("test accuracy (fraction correct)")
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("test accuracy")
     fig.suptitle(f"mean over seeds {','.join(map(str, seeds))}, band: min-max" if len(seeds) > 1
                  else f"seed {seeds[0]}" if seeds else "", fontsize=9)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    for ax in axes[0][1:]:
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            if lab not in labels:
-                handles.append(h)
-                labels.append(lab)
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.1, 1, 1))
-    paths.append(out / "accuracy.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    fig.tight_layout()
+    names = [st for st in strategies if st in handles] + (["_target"] if "_target" in handles else [])
+    if names:
+        _legend_below(fig, [handles[n] for n in names],
+                      [f"target {target:g}" if n == "_target" else n for n in names])
+    paths.append(_save(fig, out / "accuracy.png"))
 
-    pooled = {(p["strategy"], p["availability"]): p for p in pool_cells(rows, strategies, regimes)}
+    pooled = {(p["strategy"], p["availability"]): p for p in pool_cells(rows, strategies, regimes, reference)}
     fig, axes = plt.subplots(1, len(regimes), figsize=(4.2 * len(regimes), 3.8), squeeze=False, sharey=True)
+    top = max([p["gb_train"] + p["gb_eval"] for p in pooled.values()] or [0.0])
     for ax, rg in zip(axes[0], regimes):
         names = [st for st in strategies if (st, rg) in pooled]
         train = [pooled[st, rg]["gb_train"] for st in names]
@@ -532,23 +696,25 @@ def plot_comparison(rows: list[dict], strategies: list[str], regimes: list[str],
             ax.annotate(f"{_sig(t + e)} GB{share}", (i, t + e), ha="center", va="bottom", fontsize=7,
                         xytext=(0, 2), textcoords="offset points")
         ax.set_xticks(x, names, rotation=45, ha="right", fontsize=7)
-        ax.set_title(rg)
-        ax.margins(y=0.25)
-    axes[0][0].set_ylabel("GB moved (mean over seeds)")
+        ax.set_title(regime_label(rg))
+        ax.set_xlabel("strategy")
+        ax.set_ylabel("GB moved (mean over seeds)")
+        ax.set_ylim(0, top * 1.4 if top > 0 else 1.0)  # headroom for the two-line label over the tallest bar
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
-    paths.append(out / "bytes.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    fig.tight_layout()
+    _legend_below(fig, handles, labels)
+    paths.append(_save(fig, out / "bytes.png"))
 
-    keys = (("staleness", "staleness at aggregation"), ("utility_age", "utility age at a train pick (rounds)"),
-            ("agg_weights", "aggregation weight"))
-    fig, axes = plt.subplots(len(regimes), 3, figsize=(12, 3.1 * len(regimes)), squeeze=False)
+    keys = (("staleness", "staleness at aggregation", "staleness (rounds)", "CDF (share of aggregated updates)"),
+            ("utility_age", "utility age at a train pick", "utility age (rounds)", "CDF (share of train picks)"),
+            ("agg_weights", "aggregation weight", "aggregation weight (relative: / the strategy's mean weight)",
+             "CDF (share of aggregated updates)"))
+    fig, axes = plt.subplots(len(regimes), 3, figsize=(13, 3.3 * len(regimes)), squeeze=False)
+    handles = {}
     for row, rg in zip(axes, regimes):
-        for ax, (key, label) in zip(row, keys):
+        for ax, (key, title, xlabel, ylabel) in zip(row, keys):
             missing = []
-            for st in strategies:
+            for st in order:
                 values = []
                 for r in rows:
                     if r["strategy"] == st and r["availability"] == rg:
@@ -556,19 +722,87 @@ def plot_comparison(rows: list[dict], strategies: list[str], regimes: list[str],
                         values.extend(v for v in d[key] if v is not None and v >= 0)
                 if values:
                     v = np.sort(np.asarray(values, float))
-                    ax.step(v, np.arange(1, len(v) + 1) / len(v), where="post", label=st, color=colors[st])
+                    if key == "agg_weights" and v.mean() > 0:  # FedAvg's n_i and relative weights on one axis
+                        v = v / v.mean()
+                    (handles[st],) = ax.step(v, np.arange(1, len(v) + 1) / len(v), where="post", label=st,
+                                             **styles[st])
                 else:
                     missing.append(st)
             if missing:
-                ax.text(0.98, 0.04, "no values: " + ", ".join(missing), transform=ax.transAxes, ha="right",
-                        fontsize=7, color="0.35")
-            ax.set_title(f"{rg}: {label}", fontsize=9)
-            ax.set_ylabel("CDF")
+                ax.text(0.98, 0.04, "no values: " + ", ".join(sorted(missing, key=strategies.index)),
+                        transform=ax.transAxes, ha="right", fontsize=7, color="0.35")
+            ax.set_title(f"{regime_label(rg)}: {title}", fontsize=9)
+            ax.set_xlabel(xlabel, fontsize=8)
+            ax.set_ylabel(ylabel, fontsize=8)
             ax.grid(alpha=0.3)
-            if ax.get_legend_handles_labels()[0]:
-                ax.legend(fontsize=7)
     fig.tight_layout()
-    paths.append(out / "cdfs.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    names = [st for st in strategies if st in handles]
+    if names:
+        _legend_below(fig, [handles[n] for n in names], names)
+    paths.append(_save(fig, out / "cdfs.png"))
+    if target is not None:
+        paths.append(plot_time_to_target(rows, strategies, regimes, out, target, reference))
     return paths
+
+
+def plot_time_to_target(rows: list[dict], strategies: list[str], regimes: list[str], out: Path,
+                        target: float | None = None, reference: str | None = None) -> Path:
+    """``time_to_target.png``: one panel per regime, per strategy a point per seed (spread sideways
+    so that equal times stay apart), filled where the seed reached the target, open at its run's end
+    where it did not, and the mean over the seeds that reached it with its 95% t interval
+    (:func:`hours_stats`; no interval for fewer than 2). Each strategy's tick says how many seeds
+    reached the target."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    reference = _default_reference(strategies) if reference is None else reference
+    styles = strategy_styles(strategies, reference)
+    fig, axes = plt.subplots(1, len(regimes), figsize=(max(4.2 * len(regimes), 5.0), 4.0), squeeze=False,
+                             sharey=True)
+    for ax, rg in zip(axes[0], regimes):
+        names = [st for st in strategies if any(r["strategy"] == st and r["availability"] == rg for r in rows)]
+        ticks = []
+        for x, st in enumerate(names):
+            sel = sorted((r for r in rows if r["strategy"] == st and r["availability"] == rg),
+                         key=lambda r: r["seed"])
+            offsets = np.linspace(-0.18, 0.18, len(sel)) if len(sel) > 1 else np.zeros(1)
+            color = styles[st]["color"]
+            for dx, r in zip(offsets, sel):
+                hours = r["time_to_target_h"]
+                if hours is not None:
+                    ax.plot(x + dx, hours, "o", color=color, ms=5, zorder=3)
+                else:
+                    end = _end_hours(r)
+                    if end is not None:
+                        ax.plot(x + dx, end, "^", mfc="none", mec=color, ms=6, mew=1.2, zorder=3)
+            reached = [r["time_to_target_h"] for r in sel if r["time_to_target_h"] is not None]
+            stats = hours_stats(reached)
+            if stats["mean"] is not None:
+                if stats["ci95_low"] is not None:
+                    ax.errorbar(x + 0.3, stats["mean"], yerr=[[stats["mean"] - stats["ci95_low"]],
+                                                              [stats["ci95_high"] - stats["mean"]]],
+                                fmt="s", color="k", ms=4, capsize=3, lw=1, zorder=4)
+                else:
+                    ax.plot(x + 0.3, stats["mean"], "s", color="k", ms=4, zorder=4)
+            ticks.append(f"{st}\n{len(reached)}/{len(sel)} reached")
+        ax.set_xticks(np.arange(len(names)), ticks, rotation=30, ha="right", rotation_mode="anchor", fontsize=7)
+        ax.set_xlim(-0.6, len(names) - 0.3)
+        ax.set_title(regime_label(rg))
+        ax.set_xlabel("strategy")
+        ax.set_ylabel("virtual hours to target")
+        ax.grid(alpha=0.3, axis="y")
+    axes[0][0].set_ylim(bottom=0)  # after every panel is drawn: the shared axis spans them all
+    if target is not None:
+        fig.suptitle(f"time to target accuracy {target:g} (the mean of the last 20 test accuracies and the last one)",
+                     fontsize=9)
+    fig.tight_layout()
+    legend = [Line2D([], [], ls="", marker="o", color="0.3", ms=5, label="a seed that reached the target"),
+              Line2D([], [], ls="", marker="^", mfc="none", mec="0.3", ms=6,
+                     label="a seed that did not: at its run's end"),
+              Line2D([], [], ls="-", marker="s", color="k", ms=4, lw=1,
+                     label="mean over the seeds that reached it, 95% t interval")]
+    _legend_below(fig, legend, [h.get_label() for h in legend])
+    return _save(fig, out / "time_to_target.png")

@@ -1,0 +1,200 @@
+"""``compare``'s option sweeps (cells ``STRATEGY@KEY=VALUE``, ``--sweep KEY=v1,v2``), its figures
+(time to target, units on every axis, file regimes by name, legends, headroom, relative weights) and
+its progress lines, on results folders written by hand (no training)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from felix_jax.experiment import compare
+from felix_jax.experiment.compare import (cell_dir, cell_overrides, comparison_eta, comparison_table, parse_sweep,
+                                          plot_comparison, regime_label, strategy_styles, sweep_strategies)
+
+TRACE = "/data/a/very/long/folder/of/someone/my_phones_trace.csv"
+
+
+# ------------------------------------------------------------------ sweeps
+def test_a_sweep_crosses_every_strategy_with_each_value():
+    assert parse_sweep("timeout_s=30, 90") == ("timeout_s", ["30", "90"])
+    cells = sweep_strategies(["felix", "oort-async-oracle@oracle_departure=free_slot"],
+                             [parse_sweep("timeout_s=30,90")])
+    assert cells == ["felix@timeout_s=30", "felix@timeout_s=90",
+                     "oort-async-oracle@oracle_departure=free_slot;timeout_s=30",
+                     "oort-async-oracle@oracle_departure=free_slot;timeout_s=90"]
+    assert cell_overrides(cells[2]) == {"oracle_departure": "free_slot", "timeout_s": "30",
+                                        "strategy": "oort-async-oracle"}
+    two = sweep_strategies(["felix"], [("timeout_s", ["30", "90"]), ("concurrency", ["5", "10"])])
+    assert two == ["felix@timeout_s=30;concurrency=5", "felix@timeout_s=30;concurrency=10",
+                   "felix@timeout_s=90;concurrency=5", "felix@timeout_s=90;concurrency=10"]
+    assert cell_dir(Path("o"), cells[0], "avail50", 1).name == "felix+timeout_s-30-avail50-seed1"
+    # a value that is a path stays one folder
+    assert cell_dir(Path("o"), "felix@device_profile=a/b.csv", "avail50", 0).parent == Path("o/runs")
+
+
+@pytest.mark.parametrize("spec,message", [
+    ("timeout_s", "expected KEY=v1,v2"),
+    ("=30,90", "expected KEY=v1,v2"),
+    ("seed=1,2", "seed is an axis of the comparison already; give it with --seeds"),
+    ("strategy=felix,fedbuff", "give it with --strategies"),
+    ("availability=avail50", "give it with --availability"),
+    ("timeout_s=", "no values"),
+    ("timeout_s= , ", "no values"),
+    ("timeout_s=30,,90", "an empty value"),
+    ("timeout_s=30,30", "lists 30 more than once"),
+    ("timeout_s=30;concurrency=2", "';' and '@' separate"),
+])
+def test_a_bad_sweep_is_refused_in_one_line(spec, message):
+    with pytest.raises(ValueError, match=message) as info:
+        parse_sweep(spec)
+    assert "\n" not in str(info.value)
+
+
+def test_a_sweep_refuses_a_key_swept_twice_or_set_by_a_variant_and_a_cell_refuses_an_axis():
+    with pytest.raises(ValueError, match="swept twice"):
+        sweep_strategies(["felix"], [("timeout_s", ["1"]), ("timeout_s", ["2"])])
+    with pytest.raises(ValueError, match="sets timeout_s itself"):
+        sweep_strategies(["felix@timeout_s=5"], [("timeout_s", ["1", "2"])])
+    with pytest.raises(ValueError, match="seed is an axis of the comparison; give it with --seeds"):
+        cell_overrides("felix@seed=3")
+
+
+def test_the_comparison_eta_is_the_mean_finished_cell_times_the_cells_left():
+    assert comparison_eta([], 5) == ""  # nothing finished: no basis
+    line = comparison_eta([10.0, 20.0], 4)
+    assert "comparison ETA 1:00" in line and "4 cells left" in line and "0:15 per finished cell" in line
+    assert comparison_eta([10.0], 0) == ""
+
+
+# ------------------------------------------------------------------ figures and the table
+def _cell(out: Path, st: str, rg: str, seed: int, hours: float | None, end_h: float, weights: list[float],
+          target: float = 0.5) -> dict:
+    run_dir = cell_dir(out, st, rg, seed)
+    run_dir.mkdir(parents=True)
+    grid = np.linspace(0, end_h, 6)
+    acc = np.linspace(0.1, 0.7 if hours is not None else 0.4, 6)
+    (run_dir / "metrics.csv").write_text("time_s,hours,version,accuracy\n" + "".join(
+        f"{h * 3600},{h},{i},{a}\n" for i, (h, a) in enumerate(zip(grid, acc))))
+    (run_dir / "config.json").write_text(json.dumps({"scenario": {"target_accuracy": target}}))
+    (run_dir / "distributions.json").write_text(json.dumps(
+        {"staleness": [0, 1, 2], "utility_age": [-1, 0, 3], "agg_weights": weights}))
+    (run_dir / "summary.json").write_text(json.dumps({"end_time_s": end_h * 3600}))
+    return {"strategy": st, "availability": rg, "seed": seed, "time_to_target_h": hours, "bytes_train": 0.9e9,
+            "bytes_eval": 0.1e9 if st == "felix" else 0, "bytes_total": 1e9, "control_bytes": 0, "aggregations": 5,
+            "final_accuracy": 0.5, "run_dir": str(run_dir)}
+
+
+STRATEGIES = ["felix", "oort-async", "fedbuff", "oort-async-oracle", "fedavg"]
+
+
+@pytest.fixture
+def comparison(tmp_path):
+    rows = []
+    for rg in ("avail50", TRACE):
+        for st in STRATEGIES:
+            for seed in (0, 1, 2):
+                reached = not (st == "fedbuff" and seed == 1)
+                weights = [150.0, 200.0, 250.0] if st == "fedavg" else [0.5, 1.0, 1.5]
+                rows.append(_cell(tmp_path, st, rg, seed, 0.1 * (seed + 1) if reached else None, 0.8, weights))
+    return tmp_path, rows
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """The figures plot_comparison saves, kept open by name."""
+    figures = {}
+
+    def keep(fig, path):
+        figures[Path(path).name] = fig
+        fig.savefig(path, dpi=40, bbox_inches="tight")
+        return Path(path)
+
+    monkeypatch.setattr(compare, "_save", keep)
+    yield figures
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
+def test_a_file_regime_is_named_by_its_file_in_the_table():
+    assert regime_label(TRACE) == "my_phones_trace.csv" and regime_label("ref:syn_50") == "ref:syn_50"
+    rows = [{"strategy": "felix", "availability": TRACE, "seed": 0, "time_to_target_h": 1.0, "bytes_train": 1e9,
+             "bytes_eval": 0, "bytes_total": 1e9, "aggregations": 3, "final_accuracy": 0.5, "run_dir": "."}]
+    table = comparison_table(rows, ["felix"], [TRACE], target=0.5)
+    assert TRACE not in table and "my_phones_trace.csv" in table
+    header, line = table.splitlines()[1:3]
+    assert header.index("strategy") == line.index("felix")  # the columns line up
+
+
+def test_every_figure_has_units_on_every_axis_and_file_regimes_by_name(comparison, drawn):
+    out, rows = comparison
+    paths = plot_comparison(rows, STRATEGIES, ["avail50", TRACE], out)
+    assert sorted(p.name for p in paths) == ["accuracy.png", "bytes.png", "cdfs.png", "time_to_target.png"]
+    for name, fig in drawn.items():
+        for ax in fig.axes:
+            assert ax.get_xlabel() and ax.get_ylabel(), (name, ax.get_title())
+            assert TRACE not in ax.get_title()
+    cdf_labels = [ax.get_xlabel() for ax in drawn["cdfs.png"].axes]
+    assert cdf_labels[:3] == ["staleness (rounds)", "utility age (rounds)",
+                              "aggregation weight (relative: / the strategy's mean weight)"]
+    assert [ax.get_ylabel() for ax in drawn["time_to_target.png"].axes] == ["virtual hours to target"] * 2
+    assert drawn["accuracy.png"].axes[1].get_title() == "my_phones_trace.csv"
+
+
+def test_weights_are_relative_to_each_strategys_mean(comparison, drawn):
+    out, rows = comparison
+    plot_comparison(rows, STRATEGIES, ["avail50"], out)
+    weights_ax = drawn["cdfs.png"].axes[2]
+    for line in weights_ax.get_lines():
+        x = np.asarray(line.get_xdata(), float)
+        assert x.max() < 2, line.get_label()  # FedAvg's n_i ~200 no longer squashes the rest against 0
+    fedavg = next(ln for ln in weights_ax.get_lines() if ln.get_label() == "fedavg")
+    np.testing.assert_allclose(np.unique(fedavg.get_xdata()), [0.75, 1.0, 1.25])
+
+
+def test_the_legend_fits_and_the_reference_is_drawn_on_top_in_its_own_style(comparison, drawn):
+    out, rows = comparison
+    plot_comparison(rows, STRATEGIES, ["avail50"], out)
+    styles = strategy_styles(STRATEGIES, "felix")
+    assert len({(str(s["color"]), str(s["ls"])) for s in styles.values()}) == len(STRATEGIES)
+    assert len({str(s["ls"]) for s in styles.values()}) == len(STRATEGIES)  # apart even without color
+    fig = drawn["accuracy.png"]
+    curves = [ln for ln in fig.axes[0].get_lines() if ln.get_label() in STRATEGIES]
+    assert curves[-1].get_label() == "felix"  # drawn last
+    assert curves[-1].get_zorder() > max(c.get_zorder() for c in curves[:-1])
+    legend = fig.legends[0]
+    assert [t.get_text() for t in legend.get_texts()] == STRATEGIES + ["target 0.5"]
+    renderer = fig.canvas.get_renderer()
+    tight = fig.get_tightbbox(renderer)  # what bbox_inches="tight" saves
+    box = legend.get_window_extent(renderer).transformed(fig.dpi_scale_trans.inverted())
+    assert tight.x0 <= box.x0 and box.x1 <= tight.x1 and tight.y0 <= box.y0
+    assert legend._ncols < len(STRATEGIES) + 1  # more than one row on one narrow panel
+
+
+def test_bar_labels_have_headroom(comparison, drawn):
+    out, rows = comparison
+    plot_comparison(rows, STRATEGIES, ["avail50"], out)
+    ax = drawn["bytes.png"].axes[0]
+    tallest = max(p.get_y() + p.get_height() for p in ax.patches)
+    assert ax.get_ylim()[1] >= 1.3 * tallest
+
+
+def test_time_to_target_marks_each_seed_and_the_unreached_at_the_runs_end(comparison, drawn):
+    out, rows = comparison
+    plot_comparison(rows, STRATEGIES, ["avail50"], out)
+    ax = drawn["time_to_target.png"].axes[0]
+    points = [ln for ln in ax.get_lines() if ln.get_marker() in ("o", "^")]
+    filled = [ln for ln in points if ln.get_marker() == "o"]
+    open_ = [ln for ln in points if ln.get_marker() == "^"]
+    assert len(filled) == 14 and len(open_) == 1  # fedbuff seed 1 did not reach it
+    assert open_[0].get_markerfacecolor() == "none" and open_[0].get_ydata()[0] == pytest.approx(0.8)
+    assert len({float(ln.get_xdata()[0]) for ln in filled}) == 14  # seeds spread sideways
+    assert "2/3 reached" in " ".join(t.get_text() for t in ax.get_xticklabels())
+    # no target: no time-to-target figure, and an older one is removed
+    for r in rows:
+        (Path(r["run_dir"]) / "config.json").write_text(json.dumps({"scenario": {"target_accuracy": None}}))
+    names = [p.name for p in plot_comparison(rows, STRATEGIES, ["avail50"], out)]
+    assert "time_to_target.png" not in names and not (out / "time_to_target.png").exists()
