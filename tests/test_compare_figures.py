@@ -198,3 +198,44 @@ def test_time_to_target_marks_each_seed_and_the_unreached_at_the_runs_end(compar
         (Path(r["run_dir"]) / "config.json").write_text(json.dumps({"scenario": {"target_accuracy": None}}))
     names = [p.name for p in plot_comparison(rows, STRATEGIES, ["avail50"], out)]
     assert "time_to_target.png" not in names and not (out / "time_to_target.png").exists()
+
+
+# ------------------------------------------------------------------ plot-trace
+def _trace_csv(path: Path) -> Path:
+    path.write_text("# duration_s=600\n# beyond_end=repeat\nclient,time_s,state\n"
+                    "0,0,AVL_TRAIN\n0,200,AVL_EVAL\n0,400,UN_AVL\n1,0,UN_AVL\n1,300,AVL_TRAIN\n")
+    return path
+
+
+def test_plot_trace_draws_tier_shares_and_a_client_raster(tmp_path, monkeypatch):
+    from felix_jax.experiment.trace_figure import default_out, plot_trace, trace_for_plot
+
+    (tmp_path / "deep").mkdir()
+    trace_file = _trace_csv(tmp_path / "deep" / "phones.csv")
+    assert default_out(str(trace_file)) == Path("phones-trace.png")
+    assert default_out("ref:syn_50") == Path("ref_syn_50-trace.png")
+    assert default_out("avail50") == Path("avail50-trace.png")
+    trace, hours = trace_for_plot(str(trace_file))
+    assert trace.num_clients == 2 and hours == pytest.approx(600 / 3600)  # its own clients and duration
+    trace, hours = trace_for_plot("avail50", clients=7, hours=2.0)
+    assert trace.num_clients == 7 and hours == 2.0
+    monkeypatch.chdir(tmp_path)
+    figures = {}
+    import matplotlib.figure
+
+    savefig = matplotlib.figure.Figure.savefig
+
+    def keep(fig, path, **kw):
+        figures[Path(path).name] = fig
+        return savefig(fig, path, **kw)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", keep)
+    assert plot_trace(str(trace_file)) == Path("phones-trace.png") and (tmp_path / "phones-trace.png").is_file()
+    top, raster = figures["phones-trace.png"].axes
+    assert top.get_xlabel() == raster.get_xlabel() == "hours"
+    assert top.get_ylabel() == "share of clients (fraction)" and raster.get_ylabel() == "client id"
+    assert "phones.csv: 2 clients" in top.get_title() and str(tmp_path) not in top.get_title()
+    image = raster.get_images()[0].get_array()
+    assert image.shape == (2, 600) and set(np.unique(image)) == {0, 1, 2}
+    with pytest.raises(KeyError, match="unknown availability regime"):
+        plot_trace("avail42")
