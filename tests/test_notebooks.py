@@ -63,3 +63,11 @@ def test_notebook_runs(path, kernel_dir, tmp_path, monkeypatch):
             client.execute_cell(cell, index)
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors
+    # what a notebook writes goes under results/ (beside notebooks/ in a checkout), never beside the notebook
+    stray = sorted(p.name for p in tmp_path.iterdir() if p.name != "results")
+    assert not stray, f"{path.name} wrote {stray} outside results/"
+    if path.name == "01_paper_figures.ipynb":  # a comparison's tables, as felix-jax compare writes them
+        out = tmp_path / "results" / "01_paper_figures"
+        assert (out / "table.txt").is_file() and (out / "summary_pooled.csv").is_file()
+        printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+        assert "n_reached" in printed and "per-seed x ref" in printed  # the pooled table is shown

@@ -538,6 +538,18 @@ def comparison_table(rows: list[dict], strategies: list[str], regimes: list[str]
     return "\n".join(lines)
 
 
+def write_tables(rows: list[dict], strategies: list[str], regimes: list[str], out: Path,
+                 reference: str | None = None) -> str:
+    """``table.txt`` (:func:`comparison_table`) and ``summary_pooled.csv`` (:func:`write_pooled_csv`)
+    in ``out``, as ``felix-jax compare`` writes them; returns the table's text."""
+    reference = _default_reference(strategies) if reference is None else reference
+    table = comparison_table(rows, strategies, regimes, reference)
+    out = Path(out)
+    (out / "table.txt").write_text(table + "\n")
+    write_pooled_csv(rows, strategies, regimes, out, reference)
+    return table
+
+
 def _accuracy_curves(rows: list[dict], st: str, rg: str, grid: np.ndarray) -> np.ndarray | None:
     """(seeds, len(grid)) accuracy of each seed's run, held between checkpoints up to the run's end
     (its summary's ``end_time_s``, else its last checkpoint: a stalled run stays flat to where it
