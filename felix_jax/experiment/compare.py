@@ -612,6 +612,12 @@ def _legend_below(fig, handles, labels, fontsize: float = 8) -> None:
                frameon=False)
 
 
+def _labels_width(labels: list[str], fontsize: float = 7) -> float:
+    """Inches of a column of tick labels, added to a figure's width so that long labels (a sweep's
+    variants) do not squeeze its panels."""
+    return max((len(lab) for lab in labels), default=0) * fontsize * 0.55 / 72
+
+
 def _save(fig, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
@@ -694,24 +700,28 @@ def plot_comparison(rows: list[dict], strategies: list[str], regimes: list[str],
     paths.append(_save(fig, out / "accuracy.png"))
 
     pooled = {(p["strategy"], p["availability"]): p for p in pool_cells(rows, strategies, regimes, reference)}
-    fig, axes = plt.subplots(1, len(regimes), figsize=(4.2 * len(regimes), 3.8), squeeze=False, sharey=True)
+    rows_in = len(strategies)  # horizontal bars: a long label (a sweep's variant) reads along its row
+    fig, axes = plt.subplots(1, len(regimes), figsize=(4.2 * len(regimes) + _labels_width(strategies),
+                                                       1.3 + 0.4 * rows_in), squeeze=False, sharex=True, sharey=True)
     top = max([p["gb_train"] + p["gb_eval"] for p in pooled.values()] or [0.0])
     for ax, rg in zip(axes[0], regimes):
         names = [st for st in strategies if (st, rg) in pooled]
         train = [pooled[st, rg]["gb_train"] for st in names]
         ev = [pooled[st, rg]["gb_eval"] for st in names]
-        x = np.arange(len(names))
-        ax.bar(x, train, label="train", color="tab:blue")
-        ax.bar(x, ev, bottom=train, label="eval", color="tab:orange")
-        for i, (t, e) in enumerate(zip(train, ev)):
-            share = f"\neval {100 * e / (t + e):.1f}%" if e > 0 else ""
-            ax.annotate(f"{_sig(t + e)} GB{share}", (i, t + e), ha="center", va="bottom", fontsize=7,
-                        xytext=(0, 2), textcoords="offset points")
-        ax.set_xticks(x, names, rotation=45, ha="right", fontsize=7)
+        y = [strategies.index(st) for st in names]
+        ax.barh(y, train, label="train", color="tab:blue")
+        ax.barh(y, ev, left=train, label="eval", color="tab:orange")
+        for yi, t, e in zip(y, train, ev):
+            share = f", eval {100 * e / (t + e):.1f}%" if e > 0 else ""
+            ax.annotate(f"{_sig(t + e)} GB{share}", (t + e, yi), ha="left", va="center", fontsize=7,
+                        xytext=(3, 0), textcoords="offset points")
+        ax.set_yticks(np.arange(rows_in), strategies, fontsize=7)
+        ax.set_ylim(rows_in - 0.5, -0.5)  # the first strategy on top
         ax.set_title(regime_label(rg))
-        ax.set_xlabel("strategy")
-        ax.set_ylabel("GB moved (mean over seeds)")
-        ax.set_ylim(0, top * 1.4 if top > 0 else 1.0)  # headroom for the two-line label over the tallest bar
+        ax.set_xlabel("GB moved (mean over seeds)")
+        ax.set_xlim(0, top * 1.7 if top > 0 else 1.0)  # room for the label beside the longest bar
+        ax.grid(alpha=0.3, axis="x")
+    axes[0][0].set_ylabel("strategy")  # the rows are shared: named once, beside their labels
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.tight_layout()
     _legend_below(fig, handles, labels)
@@ -759,54 +769,59 @@ def plot_comparison(rows: list[dict], strategies: list[str], regimes: list[str],
 
 def plot_time_to_target(rows: list[dict], strategies: list[str], regimes: list[str], out: Path,
                         target: float | None = None, reference: str | None = None) -> Path:
-    """``time_to_target.png``: one panel per regime, per strategy a point per seed (spread sideways
-    so that equal times stay apart), filled where the seed reached the target, open at its run's end
-    where it did not, and the mean over the seeds that reached it with its 95% t interval
-    (:func:`hours_stats`; no interval for fewer than 2). Each strategy's tick says how many seeds
-    reached the target."""
+    """``time_to_target.png``: one panel per regime, a row per strategy: a point per seed (spread
+    across the row so that equal times stay apart), filled where the seed reached the target, open at
+    its run's end where it did not, and below them the mean over the seeds that reached it with its
+    95% t interval (:func:`hours_stats`; no interval for fewer than 2). Right of each row: the seeds
+    that reached the target / the seeds run."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
+    from matplotlib.ticker import MaxNLocator
 
     reference = _default_reference(strategies) if reference is None else reference
     styles = strategy_styles(strategies, reference)
-    fig, axes = plt.subplots(1, len(regimes), figsize=(max(4.2 * len(regimes), 5.0), 4.0), squeeze=False,
-                             sharey=True)
+    rows_in = len(strategies)  # a row per strategy: a long label (a sweep's variant) reads along it
+    fig, axes = plt.subplots(1, len(regimes), figsize=(max(4.2 * len(regimes), 5.0) + _labels_width(strategies),
+                                                       1.6 + 0.45 * rows_in), squeeze=False, sharex=True, sharey=True)
     for ax, rg in zip(axes[0], regimes):
-        names = [st for st in strategies if any(r["strategy"] == st and r["availability"] == rg for r in rows)]
-        ticks = []
-        for x, st in enumerate(names):
+        for st in strategies:
             sel = sorted((r for r in rows if r["strategy"] == st and r["availability"] == rg),
                          key=lambda r: r["seed"])
-            offsets = np.linspace(-0.18, 0.18, len(sel)) if len(sel) > 1 else np.zeros(1)
+            if not sel:
+                continue
+            y = strategies.index(st)
+            offsets = np.linspace(-0.2, 0.1, len(sel)) if len(sel) > 1 else np.zeros(1)
             color = styles[st]["color"]
-            for dx, r in zip(offsets, sel):
+            for dy, r in zip(offsets, sel):
                 hours = r["time_to_target_h"]
                 if hours is not None:
-                    ax.plot(x + dx, hours, "o", color=color, ms=5, zorder=3)
+                    ax.plot(hours, y + dy, "o", color=color, ms=5, zorder=3)
                 else:
                     end = _end_hours(r)
                     if end is not None:
-                        ax.plot(x + dx, end, "^", mfc="none", mec=color, ms=6, mew=1.2, zorder=3)
+                        ax.plot(end, y + dy, "^", mfc="none", mec=color, ms=6, mew=1.2, zorder=3)
             reached = [r["time_to_target_h"] for r in sel if r["time_to_target_h"] is not None]
             stats = hours_stats(reached)
             if stats["mean"] is not None:
                 if stats["ci95_low"] is not None:
-                    ax.errorbar(x + 0.3, stats["mean"], yerr=[[stats["mean"] - stats["ci95_low"]],
+                    ax.errorbar(stats["mean"], y + 0.3, xerr=[[stats["mean"] - stats["ci95_low"]],
                                                               [stats["ci95_high"] - stats["mean"]]],
                                 fmt="s", color="k", ms=4, capsize=3, lw=1, zorder=4)
                 else:
-                    ax.plot(x + 0.3, stats["mean"], "s", color="k", ms=4, zorder=4)
-            ticks.append(f"{st}\n{len(reached)}/{len(sel)} reached")
-        ax.set_xticks(np.arange(len(names)), ticks, rotation=30, ha="right", rotation_mode="anchor", fontsize=7)
-        ax.set_xlim(-0.6, len(names) - 0.3)
+                    ax.plot(stats["mean"], y + 0.3, "s", color="k", ms=4, zorder=4)
+            ax.annotate(f"{len(reached)}/{len(sel)}", (1.0, y), xycoords=("axes fraction", "data"), xytext=(4, 0),
+                        textcoords="offset points", va="center", fontsize=7)
+        ax.set_yticks(np.arange(rows_in), strategies, fontsize=7)
+        ax.set_ylim(rows_in - 0.5, -0.5)  # the first strategy on top
         ax.set_title(regime_label(rg))
-        ax.set_xlabel("strategy")
-        ax.set_ylabel("virtual hours to target")
-        ax.grid(alpha=0.3, axis="y")
-    axes[0][0].set_ylim(bottom=0)  # after every panel is drawn: the shared axis spans them all
+        ax.set_xlabel("virtual hours to target")
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=5))
+        ax.grid(alpha=0.3, axis="x")
+    axes[0][0].set_ylabel("strategy (right: seeds that reached it / run)", fontsize=8)  # shared rows: once
+    axes[0][0].set_xlim(left=0)  # after every panel is drawn: the shared axis spans them all
     if target is not None:
         fig.suptitle(f"time to target accuracy {target:g} (the mean of the last 20 test accuracies and the last one)",
                      fontsize=9)
