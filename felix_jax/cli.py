@@ -11,12 +11,13 @@ import sys
 from pathlib import Path
 
 from .options import OptionError
+from .fleet.lifecycle import UnsettledTaskError
 from .fleet.simulator import PolicyError
 from .fleet.snapshot import SnapshotError
 from .traces import DataFileError
 
 # what a run or its inputs may raise that is the user's to fix: reported in one line, no traceback
-USER_ERRORS = (OSError, KeyError, DataFileError, OptionError, SnapshotError, PolicyError)
+USER_ERRORS = (OSError, KeyError, DataFileError, OptionError, SnapshotError, PolicyError, UnsettledTaskError)
 
 
 def _one_line(e: BaseException) -> str:
@@ -177,13 +178,19 @@ def _run(args: argparse.Namespace) -> int:
                              "no --preset, --set, --config, --out or --overwrite with it")
         out = Path(args.resume)
         try:
-            saved = json.loads((out / "config.json").read_text())
             scenario = Scenario.from_file(out / "config.json")
+            saved = json.loads((out / "config.json").read_text())
         except (OSError, ValueError) as e:
             raise SystemExit(f"felix-jax run: cannot resume {out}: {_one_line(e)}")
-        for key, name in (("snapshot_every", "every_aggregations"), ("snapshot_minutes", "every_minutes")):
+        recorded = saved.get("snapshot") or {}  # a run that never snapshotted on a schedule: null
+        for key, name, kind in (("snapshot_every", "every_aggregations", int),
+                                ("snapshot_minutes", "every_minutes", (int, float))):
+            value = recorded.get(name) if isinstance(recorded, dict) else recorded
+            if value is not None and (isinstance(value, bool) or not isinstance(value, kind) or not value > 0):
+                raise SystemExit(f"felix-jax run: cannot resume {out}: {out / 'config.json'}: snapshot.{name} is "
+                                 f"{value!r}, expected a number > 0 or null (the section is {recorded!r})")
             if snapshots[key] is None:  # keep snapshotting as the run did
-                snapshots[key] = saved.get("snapshot", {}).get(name)
+                snapshots[key] = value
     else:
         try:
             scenario = Scenario.from_file(args.config) if args.config else get_preset(args.preset)
@@ -194,6 +201,7 @@ def _run(args: argparse.Namespace) -> int:
         out = Path(args.out) if args.out else Path("results") / (
             f"{scenario.name}-{scenario.strategy}-{regime}-seed{scenario.seed}")
     _check_devices(scenario)
+    _enable_cache("run")  # before the results folder is made: a cache that cannot be used leaves nothing
     created = not out.exists()
     with contextlib.ExitStack() as held:
         try:  # before any training: one writer per folder, one that can take the results and holds no other run's
@@ -206,12 +214,20 @@ def _run(args: argparse.Namespace) -> int:
         return _run_locked(args, scenario, out, created, snapshots)
 
 
-def _run_locked(args, scenario, out: Path, created: bool, snapshots: dict) -> int:
+def _enable_cache(command: str) -> None:
+    """The persistent XLA cache, or one line naming its folder when that cannot be used."""
     from .compile_cache import enable_compilation_cache
+
+    try:
+        enable_compilation_cache()
+    except OSError as e:
+        raise SystemExit(f"felix-jax {command}: {_one_line(e)}")
+
+
+def _run_locked(args, scenario, out: Path, created: bool, snapshots: dict) -> int:
     from .experiment.results import holds_run_results, remove_if_unused
     from .experiment.runner import run
 
-    enable_compilation_cache()
     print(f"felix-jax run: {scenario.name} | strategy {scenario.strategy} | availability {scenario.availability} "
           f"| {scenario.num_clients} clients | results -> {out}", flush=True)
     replacing = not args.resume and holds_run_results(out)  # written aside, swapped in once finished
@@ -283,6 +299,7 @@ def _compare(args: argparse.Namespace) -> int:
         except USER_ERRORS as e:
             raise SystemExit(f"felix-jax compare: availability {rg!r}: {_one_line(e)}")
     _check_cell_folders(base, regimes)
+    _enable_cache("compare")  # before the results folder is made
     if args.out is not None and not args.out.strip():
         raise SystemExit(f"felix-jax compare: --out {args.out!r}: an empty path; give a folder name")
     out = Path(args.out or f"results/compare-{base.name}")
@@ -315,10 +332,8 @@ def _check_cell_folders(base, regimes: list[str]) -> None:
 
 
 def _compare_locked(args, base, strategies, regimes, seeds, out: Path) -> int:
-    from .compile_cache import enable_compilation_cache
     from .experiment.compare import CellChanged, comparison_table, plot_comparison, run_matrix, write_pooled_csv
 
-    enable_compilation_cache()
     try:
         from .experiment.sweep import default_batch
 
@@ -345,7 +360,6 @@ def _compare_locked(args, base, strategies, regimes, seeds, out: Path) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from .compile_cache import enable_compilation_cache
     from .demo import DemoConfig, run_demo
 
     try:
@@ -359,7 +373,7 @@ def _demo(args: argparse.Namespace) -> int:
             raise SystemExit(f"felix-jax demo: --json {args.json!r}: give a file name")
         if not target.parent.is_dir():
             raise SystemExit(f"felix-jax demo: --json {args.json}: the folder {target.parent} does not exist")
-    enable_compilation_cache()
+    _enable_cache("demo")
     result = run_demo(cfg)
     if target is not None:
         try:  # strict JSON: a number that is not finite is written as null
@@ -404,6 +418,7 @@ def _plot(args: argparse.Namespace) -> int:
     folder = Path(args.dir)
     try:
         if (folder / "summary.csv").is_file() and (folder / "runs").is_dir():
+            _check_summary_csv(folder / "summary.csv")
             rows = rows_from_summary_csv(folder)
             if not rows:
                 raise SystemExit(f"felix-jax plot: {folder}/summary.csv holds no runs")
@@ -420,6 +435,35 @@ def _plot(args: argparse.Namespace) -> int:
         raise SystemExit(f"felix-jax plot: {_one_line(e)}")
     print("wrote " + ", ".join(str(p) for p in figures))
     return 0
+
+
+def _check_summary_csv(path: Path) -> None:
+    """A comparison's ``summary.csv`` as :func:`rows_from_summary_csv` reads it: the columns a plot
+    needs, and a number (a whole, finite one for the integer columns) in every numeric field; a
+    :class:`DataFileError` naming the file, the line and the column otherwise."""
+    import csv
+
+    from .experiment.compare import _INT_COLUMNS, _TEXT_COLUMNS, SUMMARY_COLUMNS
+
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in ("strategy", "availability", "seed") if c not in (reader.fieldnames or [])]
+        if missing:
+            raise DataFileError(path, f"no column {', '.join(missing)}: not a comparison's summary.csv (expected "
+                                      f"the header {','.join(SUMMARY_COLUMNS)},run_dir)")
+        for line, row in enumerate(reader, start=2):
+            for key, text in row.items():
+                if key is None or text is None:
+                    raise DataFileError(path, f"line {line}: {len(reader.fieldnames)} columns expected")
+                if key in _TEXT_COLUMNS or text == "":
+                    continue
+                try:
+                    value = float(text)
+                    if key in _INT_COLUMNS and not (math.isfinite(value) and value == int(value)):
+                        raise ValueError
+                except ValueError:
+                    kind = "a whole number" if key in _INT_COLUMNS else "a number"
+                    raise DataFileError(path, f"line {line}: {key} is {text!r}, not {kind}") from None
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):

@@ -7,6 +7,7 @@ library never changes jax's configuration on import.
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -18,10 +19,24 @@ def default_cache_dir() -> Path:
     return Path(root) / "xla"
 
 
+def usable_cache_dir(path: Path, what: str) -> Path:
+    """Creates the cache folder ``path`` if needed; an OSError naming it (and ``FELIX_JAX_CACHE``, where
+    cache folders come from) when it cannot be one: a file in the way, no permission."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise NotADirectoryError(errno.ENOTDIR, f"is a file, not a folder: {what} needs a folder (set "
+                                 "FELIX_JAX_CACHE to another one)", str(path)) from None
+    except OSError as e:
+        raise OSError(e.errno, f"cannot be created for {what} ({e.strerror or e}; set FELIX_JAX_CACHE to "
+                      "another folder)", str(path)) from None
+    return path
+
+
 def enable_compilation_cache(path: str | os.PathLike | None = None) -> Path:
     """Turns on jax's persistent compilation cache in ``path`` (default: ~/.cache/felix_jax/xla)."""
     cache = Path(path) if path is not None else default_cache_dir()
-    cache.mkdir(parents=True, exist_ok=True)
+    usable_cache_dir(cache, "the XLA compilation cache")
     jax.config.update("jax_compilation_cache_dir", str(cache))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)

@@ -98,10 +98,11 @@ def test_target_found_late_rolls_the_record_back(strategy):
 
 
 def test_target_in_the_last_batch_beats_a_later_stop():
-    """max_aggregations ends the run with checkpoints waiting: resolving them finds the target."""
+    """A batch as long as the run (eval_batch = max_aggregations, the most allowed) waits past the target
+    until the run's end is near: resolving it finds the target."""
     target, k = mid_batch_target("felix")
     _, eager = run("felix", target_accuracy=str(target))
-    _, batched = run("felix", target_accuracy=str(target), eval_batch="16", max_aggregations=str(k + 2))
+    _, batched = run("felix", target_accuracy=str(target), eval_batch=str(k + 2), max_aggregations=str(k + 2))
     assert batched.test_eval_calls == 1
     assert_same_results(eager, batched)
 
@@ -109,7 +110,7 @@ def test_target_in_the_last_batch_beats_a_later_stop():
 def test_interrupt_with_waiting_checkpoints_finds_the_target():
     target, k = mid_batch_target("fedbuff")
     _, eager = run("fedbuff", target_accuracy=str(target))
-    sim = build_simulator(scenario("fedbuff", target_accuracy=str(target), eval_batch="16"))
+    sim = build_simulator(scenario("fedbuff", target_accuracy=str(target), eval_batch=BASE["max_aggregations"]))
     aggregate = sim.aggregate
 
     def aggregate_then_signal(updates):

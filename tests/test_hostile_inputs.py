@@ -584,3 +584,244 @@ def test_silently_wrong_the_plain_round_api_refuses_float_or_outside_client_ids(
         rounds(state, np.array([True, False]))
     with pytest.raises(ValueError, match=r"client ids \[4\] outside \[0, 4\)"):
         rounds(state, [0, 4])
+
+
+# ================================================================== issue 29, group 3: one line, not a traceback
+def _tiny_npz(path, n_train: int, n_test: int = 4):
+    rng = np.random.default_rng(0)
+    np.savez(path, train_x=rng.normal(size=(n_train, 6)).astype(np.float32), train_y=np.arange(n_train) % 2,
+             test_x=rng.normal(size=(n_test, 6)).astype(np.float32), test_y=np.arange(n_test) % 2)
+    return path
+
+
+@pytest.mark.parametrize("sets", [["--set", "num_clients=5000"], ["--set", "num_train=5"]],
+                         ids=["5000-clients", "num_train-5"])
+def test_traceback_more_clients_than_samples_is_one_line(tmp_path, sets):
+    refused(["run", *TINY, *sets, "--out", str(tmp_path / "o")], "fewer than the clients",
+            "partition=pool")
+    assert not (tmp_path / "o").exists()
+
+
+def test_traceback_a_tiny_data_set_is_one_line(tmp_path):
+    data = _tiny_npz(tmp_path / "five.npz", 5)
+    refused(["run", *TINY, "--set", f"dataset={data}", "--set", "model=mlp", "--out", str(tmp_path / "o")],
+            "num_clients=12", "has 5 training samples")
+
+
+def test_traceback_a_huge_client_count_is_refused_before_allocating(tmp_path):
+    from tests.conftest import REFERENCE_FILE, require_data
+
+    require_data(REFERENCE_FILE)
+    refused(["run", *TINY, "--set", "partition=pool", "--set", f"num_clients={10 ** 11}", "--out",
+             str(tmp_path / "o")], f"num_clients={10 ** 11}", "GB", "memory available on this machine")
+
+
+def test_traceback_a_stream_rate_past_memory_is_refused_before_allocating(tmp_path, monkeypatch):
+    import felix_jax.memory
+
+    refused(["run", *TINY, "--set", "stream.rate_per_hour=1e12", "--out", str(tmp_path / "o")],
+            "stream.rate_per_hour=1e+12", "memory available on this machine")
+    monkeypatch.setattr(felix_jax.memory, "available_bytes", lambda: 2 * 1024 ** 3)  # a 2 GB machine
+    refused(["run", *TINY, "--set", "stream.rate_per_hour=1e7", "--out", str(tmp_path / "o")],
+            "stream.rate_per_hour=1e+07", "would take about 32", "more than the 2.0 GB")
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["demo", "--rounds", "0"], "rounds=0: must be a whole number >= 1"),
+    (["demo", "--rounds", "-3"], "rounds=-3"),
+    (["demo", "--seed", "-1"], "seed=-1: must be an integer in [0, 2^32)")], ids=["0-rounds", "negative-rounds",
+                                                                                  "negative-seed"])
+def test_traceback_demo_arguments_are_one_line(argv, expected):
+    refused(argv, expected)
+
+
+def test_traceback_demo_json_into_a_missing_folder_is_refused_before_the_demo(tmp_path, monkeypatch):
+    import felix_jax.demo
+
+    monkeypatch.setattr(felix_jax.demo, "run_demo", lambda cfg: pytest.fail("the demo ran before the check"))
+    refused(["demo", "--json", str(tmp_path / "nope" / "d.json")], str(tmp_path / "nope"), "does not exist")
+
+
+def test_traceback_deeply_nested_or_binary_scenario_files_are_one_line(tmp_path):
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    refused(["run", "--config", str(tmp_path / "deep.json"), "--out", str(tmp_path / "o")], "deep.json",
+            "nested too deeply")
+    (tmp_path / "model.bin").write_bytes(bytes(range(256)) * 4)
+    refused(["run", "--config", str(tmp_path / "model.bin"), "--out", str(tmp_path / "o")], "model.bin",
+            "not a text JSON file")
+    (tmp_path / "deep_trace.json").write_text('{"0": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(DataFileError, match="deep_trace.json: .*RecursionError"):
+        load_fedscale_trace(tmp_path / "deep_trace.json")
+
+
+@pytest.mark.parametrize("kind", ["csv", "fedscale", "npz-uint64"])
+def test_traceback_client_ids_beyond_int64_are_one_line(tmp_path, kind):
+    huge = 2 ** 64 - 1
+    if kind == "csv":
+        path = tmp_path / "t.csv"
+        path.write_text(f"client,time_s,state\n0,0,AVL_TRAIN\n{huge},0,AVL_TRAIN\n")
+    elif kind == "fedscale":
+        path = tmp_path / "t.json"
+        path.write_text(json.dumps({str(huge): {"active": [0], "inactive": [5], "finish_time": 10}}))
+    else:
+        path = tmp_path / "t.npz"
+        np.savez(path, client=np.array([0, huge], np.uint64), time_s=np.zeros(2), state=np.array([2, 2]))
+    refused(["run", *TINY, "--set", f"availability={path}", "--out", str(tmp_path / "o")], path.name,
+            str(huge), "64-bit integer range")
+
+
+def test_traceback_duplicate_fedscale_ids_are_one_line(tmp_path):
+    path = tmp_path / "dup.json"
+    rec = {"active": [0], "inactive": [5], "finish_time": 10}
+    path.write_text(json.dumps({"1": rec, "01": rec}))
+    refused(["run", *TINY, "--set", f"availability={path}", "--out", str(tmp_path / "o")], "dup.json",
+            "client id 1 appears more than once")
+
+
+def test_traceback_a_symlink_loop_as_a_path_is_one_line(tmp_path):
+    (tmp_path / "a.csv").symlink_to(tmp_path / "b.csv")
+    (tmp_path / "b.csv").symlink_to(tmp_path / "a.csv")
+    refused(["run", *TINY, "--set", f"availability={tmp_path / 'a.csv'}", "--out", str(tmp_path / "o")],
+            "availability=", "a.csv", "symbolic link loop")
+    refused(["run", "--config", str(tmp_path / "a.csv"), "--out", str(tmp_path / "o")], "a.csv")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop2")
+    (tmp_path / "loop2").symlink_to(tmp_path / "loop")
+    refused(["run", *TINY, "--out", str(tmp_path / "loop")], "loop")
+    refused(["run", "--resume", str(tmp_path / "loop")], "loop")
+
+
+def test_traceback_an_npz_claiming_a_huge_shape_is_refused_before_allocating(tmp_path):
+    import io
+    import zipfile
+
+    from numpy.lib import format as npy
+
+    path = tmp_path / "huge.npz"
+    with zipfile.ZipFile(path, "w") as z:
+        for name in ("client", "time_s", "state"):
+            buf = io.BytesIO()
+            npy.write_array_header_1_0(buf, {"descr": "<i8", "fortran_order": False, "shape": (10 ** 12,)})
+            buf.write(b"\0" * 64)
+            z.writestr(name + ".npy", buf.getvalue())
+    refused(["run", *TINY, "--set", f"availability={path}", "--out", str(tmp_path / "o")], "huge.npz",
+            "array client claims shape (1000000000000,)", "holds 64 bytes")
+
+
+def test_traceback_a_cache_folder_that_is_a_file_is_one_line(tmp_path, monkeypatch):
+    from felix_jax.data.paths import resolve_cache_dir
+
+    (tmp_path / "cache").write_text("not a folder")
+    monkeypatch.setenv("FELIX_JAX_CACHE", str(tmp_path / "cache"))
+    refused(["run", *TINY, "--out", str(tmp_path / "o")], "cache/xla", "FELIX_JAX_CACHE")
+    assert not (tmp_path / "o").exists()
+    with pytest.raises(OSError, match="FELIX_JAX_CACHE"):
+        resolve_cache_dir()
+
+
+def test_traceback_a_trace_faster_than_a_task_can_settle_is_one_line(tmp_path):
+    path = tmp_path / "flicker.csv"
+    path.write_text("# duration_s=0.00001\n# beyond_end=repeat\nclient,time_s,state\n"
+                    "0,0,AVL_TRAIN\n0,0.000005,UN_AVL\n")
+    refused(["run", *TINY, "--set", f"availability={path}", "--out", str(tmp_path / "o")],
+            "changes state faster than a task can run", "did not settle within 100000 state changes")
+
+
+_NON_TUPLE_SELECTOR = """
+import numpy as np
+from felix_jax import plugins
+from felix_jax.policies import Selector
+
+@plugins.selector("ids-only")
+def make():
+    return Selector("ids-only", lambda: None, lambda state, ctx, k: np.flatnonzero(ctx.eligible)[:k])
+
+plugins.strategy("ids-only-strategy", mode="async", knowledge="none", selector="ids-only", aggregator="fedbuff")
+"""
+
+
+def test_traceback_a_plugin_selector_returning_a_non_tuple_is_one_line(tmp_path):
+    (tmp_path / "ids_only.py").write_text(_NON_TUPLE_SELECTOR)
+    refused(["run", *TINY, "--set", f"plugins={tmp_path / 'ids_only.py'}", "--set", "strategy=ids-only-strategy",
+             "--out", str(tmp_path / "o")], "selector ids-only returned ndarray: expected a tuple (client ids, state)")
+
+
+@pytest.mark.parametrize("snapshot", [None, "every 5", [1]], ids=["null", "text", "list"])
+def test_traceback_a_run_config_with_a_null_or_odd_snapshot_section_is_one_line(tmp_path, snapshot):
+    out = tmp_path / "r"
+    _finished_run(out)
+    config = json.loads((out / "config.json").read_text())
+    config["snapshot"] = snapshot
+    (out / "config.json").write_text(json.dumps(config))
+    message = refused(["run", "--resume", str(out)], str(out))
+    assert ("holds no snapshot" in message) if snapshot is None else ("snapshot." in message)
+
+
+def test_traceback_a_full_disk_while_writing_a_snapshot_keeps_the_previous_one(tmp_path, monkeypatch):
+    import errno
+
+    import felix_jax.fleet.snapshot as snapshot
+    from felix_jax.experiment import get_preset
+    from felix_jax.experiment.runner import build_simulator
+    from felix_jax.fleet.snapshot import SnapshotError, SnapshotPolicy, verify_snapshot
+
+    sim = build_simulator(get_preset("tiny").with_overrides({"max_aggregations": "8", "target_accuracy": "none"}))
+    root = tmp_path / "snapshot"
+    sim.snapshot = SnapshotPolicy(root, every_aggregations=2)
+    write_json, calls = snapshot._write_json, []
+
+    def full_after_the_first_snapshot(path, obj):
+        calls.append(path.name)
+        if len(calls) > 2:  # the first snapshot's host.json and CHECKSUMS.json went through
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        write_json(path, obj)
+
+    monkeypatch.setattr(snapshot, "_write_json", full_after_the_first_snapshot)
+    with pytest.raises(SnapshotError) as info:
+        sim.run()
+    message = str(info.value)
+    assert "\n" not in message and "the disk is full" in message and "previous snapshot snap-000002" in message
+    assert not list(root.glob(".tmp-snap-*")) and not (root / ".LATEST.tmp").exists()
+    assert (root / "LATEST").read_text().startswith("snap-000002")
+    verify_snapshot(root / (root / "LATEST").read_text().strip())
+    assert [p.name for p in root.iterdir() if p.name.startswith("snap-")] == [(root / "LATEST").read_text().strip()]
+
+
+def _compare_folder(tmp_path):
+    out = tmp_path / "c"
+    assert main([*COMPARE_TINY, "--out", str(out)]) == 0
+    return out, (out / "summary.csv").read_text().splitlines()
+
+
+def test_traceback_plot_names_the_missing_column_and_an_unexpected_field_type(tmp_path):
+    out, lines = _compare_folder(tmp_path)
+    header = lines[0].split(",")
+    drop = header.index("strategy")
+    (out / "summary.csv").write_text("\n".join(",".join(c for j, c in enumerate(line.split(",")) if j != drop)
+                                               for line in lines) + "\n")
+    refused(["plot", str(out)], str(out / "summary.csv"), "no column strategy")
+    for column, value, expected in (("seed", "zero", "seed is 'zero', not a whole number"),
+                                    ("seed", "inf", "seed is 'inf', not a whole number"),
+                                    ("final_accuracy", "high", "final_accuracy is 'high', not a number")):
+        row = lines[1].split(",")
+        row[header.index(column)] = value
+        (out / "summary.csv").write_text(lines[0] + "\n" + ",".join(row) + "\n")
+        refused(["plot", str(out)], str(out / "summary.csv"), "line 2", expected)
+
+
+def test_traceback_a_huge_eval_batch_is_refused_saying_the_bound():
+    refused(["run", *TINY, "--set", "eval_batch=1000000000"], "eval_batch=1000000000", "max_aggregations=2",
+            "use at most 2")
+    from felix_jax.experiment import get_preset
+
+    with pytest.raises(OptionError, match="eval_batch=9"):
+        get_preset("tiny").with_overrides({"max_aggregations": "8", "eval_batch": "9"})
+
+
+def test_traceback_csvs_with_a_byte_order_mark_are_read(tmp_path):
+    trace, profile = tmp_path / "t.csv", tmp_path / "p.csv"
+    trace.write_text("client,time_s,state\n0,0,AVL_TRAIN\n1,0,AVL_TRAIN\n1,30,UN_AVL\n", encoding="utf-8-sig")
+    profile.write_text("client,train_delay_s\n0,10\n1,20\n", encoding="utf-8-sig")
+    from felix_jax.traces import load_interval_csv
+
+    assert load_interval_csv(trace).num_clients == 2
+    assert load_device_profile(profile).train_delay_s.tolist() == [10.0, 20.0]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import math
 import os
 import pickle
 import tarfile
@@ -71,9 +72,11 @@ class DataFileError(ValueError):
 
 # What reading a damaged file raises: zip and gzip damage, numpy's format checks,
 # missing archive members or fields (KeyError), JSON/CSV/pickle syntax, short reads,
-# and a structure of the wrong kind (TypeError: a number where a record should be).
+# a structure of the wrong kind (TypeError: a number where a record should be), a number
+# too large for its type (OverflowError), nesting too deep to parse (RecursionError), and a
+# header claiming more memory than there is (MemoryError: numpy allocates what the header says).
 READ_ERRORS = (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile, zlib.error,
-               tarfile.TarError, pickle.UnpicklingError, csv.Error)
+               tarfile.TarError, pickle.UnpicklingError, csv.Error, OverflowError, RecursionError, MemoryError)
 
 
 @contextlib.contextmanager
@@ -94,11 +97,43 @@ def reading(path: str | os.PathLike, expected: str) -> Iterator[None]:
 
 
 def open_npz(path: str | os.PathLike):
-    """``np.load(path, allow_pickle=False)`` that must give an ``.npz`` archive (use inside :func:`reading`)."""
+    """``np.load(path, allow_pickle=False)`` that must give an ``.npz`` archive (use inside :func:`reading`).
+
+    Every array's header is checked against the bytes the archive holds for it before anything is
+    loaded: numpy allocates what a header claims, so a header claiming a huge shape would otherwise
+    allocate terabytes (or be killed trying) before the short read is noticed."""
     with open(path, "rb") as f:
         magic = f.read(6)
     if magic.startswith(b"\x93NUMPY"):
         raise ValueError("a single .npy array, not an .npz archive")
     if not magic.startswith(b"PK"):  # otherwise numpy guesses "pickled data", which misleads
         raise ValueError("the file does not start like an .npz (zip) archive")
+    _check_claimed_sizes(path)
     return np.load(path, allow_pickle=False)
+
+
+def _check_claimed_sizes(path: str | os.PathLike) -> None:
+    """Refuses (ValueError naming the array) an ``.npy`` member whose header claims more data than the
+    member holds; object arrays and unreadable headers are left to ``np.load`` to refuse."""
+    from numpy.lib import format as npy
+
+    with zipfile.ZipFile(path) as z:
+        for info in z.infolist():
+            if not info.filename.endswith(".npy"):
+                continue
+            with z.open(info) as f:
+                try:
+                    version = npy.read_magic(f)
+                    read = {(1, 0): npy.read_array_header_1_0, (2, 0): npy.read_array_header_2_0}.get(version)
+                    if read is None:
+                        continue
+                    shape, _, dtype = read(f)
+                except (ValueError, EOFError, OSError):
+                    continue
+                if dtype.hasobject:
+                    continue
+                claimed = math.prod(shape) * dtype.itemsize
+                held = info.file_size - f.tell()
+                if claimed > held:
+                    raise ValueError(f"array {info.filename[:-4]} claims shape {tuple(shape)} of {dtype} "
+                                     f"({claimed:,} bytes) but the archive holds {max(held, 0):,} bytes for it")

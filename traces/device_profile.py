@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .data_paths import DataFileError, reading, resolve_data_file
+from .data_paths import DataFileError, open_npz, reading, resolve_data_file
 from .loaders import load_reference_clients
 
 FLASH_SCORES_FILE = "traces/flash_benchmark2score.json"
@@ -348,10 +348,10 @@ def load_device_profile(path: str | os.PathLike) -> DeviceProfile:
     expected = f"a device profile ({suffix or 'csv/npz'} with {', '.join(PROFILE_COLUMNS)}; train_delay_s required)"
     with reading(path, expected):
         if suffix == ".npz":
-            with np.load(path, allow_pickle=False) as z:
+            with open_npz(path) as z:  # headers checked against the archive before anything is allocated
                 cols = {k: np.asarray(z[k], np.float64) for k in z.files}
         elif suffix == ".csv":
-            with open(path) as f:
+            with open(path, encoding="utf-8-sig") as f:  # a spreadsheet's byte-order mark is not a column
                 # '#' lines (comments, anywhere) are skipped, so the first other line is the header row
                 lines = [line for line in f if line.strip() and not line.lstrip().startswith("#")]
             if not lines:

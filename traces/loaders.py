@@ -179,10 +179,7 @@ def load_fedscale_trace(path: str | os.PathLike) -> AvailabilityTrace:
             data = restricted_pickle_load(path)
     if not isinstance(data, dict):
         raise DataFileError(path, f"expected a dict of client_id -> trace, got {type(data).__name__}")
-    try:
-        ids = np.array([int(k) for k in data], dtype=np.int64)
-    except (TypeError, ValueError):
-        raise DataFileError(path, "client ids must be integers") from None
+    ids = np.array([_client_id(path, k, "client ids must be whole 64-bit integers") for k in data], dtype=np.int64)
     starts, ends, periods, lengths = [], [], [], []
     for key, rec in data.items():  # parsing: one pass over the file's records
         if not isinstance(rec, dict) or not {"active", "inactive", "finish_time"} <= rec.keys():
@@ -300,7 +297,7 @@ def load_interval_csv(
 
 def _read_interval_csv(path, duration_s: float | None, beyond_end: BeyondEnd | None) -> AvailabilityTrace:
     meta: dict[str, str] = {}
-    with open(path, newline="") as f:
+    with open(path, newline="", encoding="utf-8-sig") as f:  # a spreadsheet's byte-order mark is not a column
         lines = []
         for line in f:
             if line.startswith("#"):
@@ -321,7 +318,7 @@ def _read_interval_csv(path, duration_s: float | None, beyond_end: BeyondEnd | N
     body = rows[1:]
     if any(len(r) != len(header) for r in body):
         raise DataFileError(path, f"ragged rows (every row needs {len(header)} fields)")
-    ids = np.array([int(r[cols[0]]) for r in body], dtype=np.int64)
+    ids = np.array([_client_id(path, r[cols[0]], f"data row {i}") for i, r in enumerate(body, start=1)], dtype=np.int64)
     times = np.array([float(r[cols[1]]) for r in body], dtype=np.float64)
     states = _parse_states(r[cols[2]] for r in body)
     if duration_s is None and "duration_s" in meta:
@@ -329,6 +326,21 @@ def _read_interval_csv(path, duration_s: float | None, beyond_end: BeyondEnd | N
     if beyond_end is None:
         beyond_end = meta.get("beyond_end", "hold")  # type: ignore[assignment]
     return _trace_from_id_rows(ids, times, states, duration_s=duration_s, beyond_end=beyond_end, path=path)
+
+
+_INT64 = np.iinfo(np.int64)
+
+
+def _client_id(path, text, where) -> int:
+    """A client id from a trace file: a whole number that fits int64 (the id arrays' type)."""
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        raise DataFileError(path, f"{where}: client id {text!r} is not a whole number") from None
+    if not _INT64.min <= value <= _INT64.max:
+        raise DataFileError(path, f"{where}: client id {value} is beyond the 64-bit integer range "
+                                  f"[{_INT64.min}, {_INT64.max}]")
+    return value
 
 
 def save_interval_npz(trace: AvailabilityTrace, path: str | os.PathLike) -> None:
@@ -370,6 +382,8 @@ def _integer_array(path, name: str, values: np.ndarray, what: str) -> np.ndarray
     naming the file and the array (it would be cast silently: 1.5 -> 1, True -> 1)."""
     if values.dtype.kind not in "iu":
         raise DataFileError(path, f"array {name} holds {values.dtype} values: {what} must be an integer array")
+    if values.dtype.kind == "u" and values.size and values.max() > _INT64.max:  # would wrap to a negative id
+        raise DataFileError(path, f"array {name} holds {values.max()}, beyond the 64-bit integer range")
     return values
 
 

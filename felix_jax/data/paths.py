@@ -66,6 +66,6 @@ def resolve_cache_dir(cache_dir: str | os.PathLike | None = None) -> Path:
     else ``~/.cache/felix_jax``."""
     if cache_dir is None:
         cache_dir = os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "felix_jax"
-    path = Path(cache_dir).expanduser()
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    from ..compile_cache import usable_cache_dir
+
+    return usable_cache_dir(Path(cache_dir).expanduser(), "the data cache")

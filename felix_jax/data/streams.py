@@ -242,6 +242,11 @@ class ClientStreams:
         return self.usable(clients, t_s).sum(1).astype(np.int32)
 
 
+# bytes a stream table cell costs: sample index (int32), arrival and label times (float64) on the host,
+# their device copies, and the masks built from them
+STREAM_CELL_BYTES = 48
+
+
 def build_streams(partition: Partition, labels: np.ndarray, num_classes: int, cfg: StreamConfig,
                   horizon_s: float, seed: int | np.random.SeedSequence = 0) -> ClientStreams:
     """The stream tables for ``partition`` over ``[0, horizon_s]`` (seeded)."""
@@ -254,6 +259,13 @@ def build_streams(partition: Partition, labels: np.ndarray, num_classes: int, cf
     base = class_histograms(partition, labels, num_classes)
     if cfg.rate_per_hour > 0 and not math.isfinite(horizon_s):
         raise StreamError("stream.rate_per_hour > 0 needs a finite horizon (max_virtual_hours)")
+    if cfg.rate_per_hour > 0:  # the tables below are (clients x the longest stream): refused before allocating
+        from ..memory import check_fits
+
+        width = float(counts.max(initial=0)) + cfg.rate_per_hour * (1 + cfg.diurnal_amplitude) * horizon_s / 3600.0
+        check_fits(n * width * STREAM_CELL_BYTES, f"stream.rate_per_hour={cfg.rate_per_hour:g}",
+                   f"the streams of {n} clients (up to ~{width:,.0f} samples each over {horizon_s / 3600:g} virtual "
+                   f"hours, {STREAM_CELL_BYTES} bytes a sample on the host and the device)")
     schedule = DriftSchedule.create(cfg, base, horizon_s if math.isfinite(horizon_s) else 0.0, rng)
     # every training sample, grouped by class: class k's samples are by_class[starts[k]:starts[k] + sizes[k]]
     by_class = np.argsort(labels, kind="stable")

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from .dataset import ArrayDataset
-from .paths import DataFileError, reading
+from .paths import DataFileError, open_npz, reading
 
 _REQUIRED = ("train_x", "train_y", "test_x", "test_y")
 _OPTIONAL = ("train_client", "input_mean", "input_std", "class_names")
@@ -179,7 +179,7 @@ def load_arrays_npz(path: str | os.PathLike) -> ArrayDataset:
     path = Path(path)
     expected = f"a numpy .npz with arrays {', '.join(_REQUIRED)} (optional: {', '.join(_OPTIONAL)})"
     with reading(path, expected):
-        with np.load(path, allow_pickle=False) as z:
+        with open_npz(path) as z:  # headers checked against the archive before anything is allocated
             missing = [k for k in _REQUIRED if k not in z.files]
             unknown = sorted(set(z.files) - set(_REQUIRED) - set(_OPTIONAL))
             if missing or unknown:

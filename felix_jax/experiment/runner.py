@@ -26,6 +26,7 @@ from ..data.partition import (Partition, dirichlet_partition, dirichlet_sized_pa
 from ..traces import REFERENCE_TRACE_NAMES, load_reference_clients
 from ..fleet.config import FleetConfig, StopRule
 from ..fleet.knowledge import Knowledge
+from ..memory import check_fits
 from ..fleet.modes import AsyncMode, SyncMode
 from ..fleet.simulator import Checkpoint, FleetSimulator, RunRecord
 from ..options import OptionError, to_json
@@ -61,24 +62,14 @@ def build_simulator(sc: Scenario, on_checkpoint=None) -> FleetSimulator:
         ds = ds.subset(sc.num_train, sc.num_test)
     seeds = np.random.SeedSequence(sc.seed).spawn(5)  # partition, trace, profile, model init, streams
     part_seed = int(seeds[0].generate_state(1)[0])
-    if sc.partition == "dirichlet":
-        part = dirichlet_partition(ds.train_y, sc.num_clients, sc.alpha, seed=part_seed)
-    elif sc.partition == "iid":
-        part = iid_partition(len(ds.train_y), sc.num_clients, seed=part_seed)
-    elif sc.partition in ("natural", "speaker"):
-        if ds.train_keys is None:
-            raise OptionError(f"partition={sc.partition!r}: data set {ds.name} has no per-sample client ids "
-                              "(speakers, writers...) to partition by")
-        part = partition_by_key(ds.train_keys, sc.num_clients, seed=part_seed)
-    elif sc.partition == "reference":
-        part = dirichlet_sized_partition(ds.train_y, reference_sizes(sc.num_clients, len(ds.train_y)), sc.alpha,
-                                         seed=part_seed)
-    elif sc.partition == "pool":  # a population larger than the data: clients draw from the whole pool
-        base = reference_sizes(min(300, len(ds.train_y)), len(ds.train_y))  # the paper's clients on this pool
-        part = pool_partition(ds.train_y, base[np.arange(sc.num_clients) % base.size], sc.alpha, seed=part_seed)
-    else:
-        raise KeyError(f"unknown partition {sc.partition!r}; known: dirichlet, iid, natural (speaker), reference, "
-                       "pool")
+    _check_population(sc, len(ds.train_y))
+    try:
+        part = _partition(sc, ds, part_seed)
+    except OptionError:
+        raise
+    except ValueError as e:  # what the data cannot give (too few samples of a key, of a class...): one line
+        raise OptionError(f"partition={sc.partition} of {sc.num_clients} clients over data set {sc.dataset!r}: "
+                          f"{e}") from None
     model = make_model(sc.model, ds.input_shape, ds.num_classes)
     reading = sc.resolve_reading()
     train_cfg = LocalTrainConfig(batch_size=sc.batch_size, learning_rate=sc.learning_rate, mode=sc.local_mode,
@@ -113,6 +104,52 @@ def build_simulator(sc: Scenario, on_checkpoint=None) -> FleetSimulator:
         eval_budget=resolved.eval_selector.budget(sc.aggregation_goal) if eval_selector else 0,
         on_checkpoint=on_checkpoint,
         live_mix=streams.schedule.population_mix if streams is not None and stream_cfg.live_eval else None)
+
+
+def _partition(sc: Scenario, ds, part_seed: int) -> Partition:
+    """The scenario's split of the training data over its clients."""
+    if sc.partition == "dirichlet":
+        return dirichlet_partition(ds.train_y, sc.num_clients, sc.alpha, seed=part_seed)
+    elif sc.partition == "iid":
+        return iid_partition(len(ds.train_y), sc.num_clients, seed=part_seed)
+    elif sc.partition in ("natural", "speaker"):
+        if ds.train_keys is None:
+            raise OptionError(f"partition={sc.partition!r}: data set {ds.name} has no per-sample client ids "
+                              "(speakers, writers...) to partition by")
+        return partition_by_key(ds.train_keys, sc.num_clients, seed=part_seed)
+    elif sc.partition == "reference":
+        return dirichlet_sized_partition(ds.train_y, reference_sizes(sc.num_clients, len(ds.train_y)), sc.alpha,
+                                         seed=part_seed)
+    elif sc.partition == "pool":  # a population larger than the data: clients draw from the whole pool
+        base = reference_sizes(min(300, len(ds.train_y)), len(ds.train_y))  # the paper's clients on this pool
+        return pool_partition(ds.train_y, base[np.arange(sc.num_clients) % base.size], sc.alpha, seed=part_seed)
+    else:
+        raise KeyError(f"unknown partition {sc.partition!r}; known: dirichlet, iid, natural (speaker), reference, "
+                       "pool")
+
+
+# a client's host and device memory besides its data rows (server view, trace rows, profile, counts): an
+# upper estimate (avail50 holds ~650 bytes of trace rows per client over a day)
+CLIENT_OVERHEAD_BYTES = 1024
+
+
+def _check_population(sc: Scenario, num_samples: int) -> None:
+    """The population against the data: every client of a split partition holds samples of its own, so
+    more clients than training samples is refused (``pool`` clients draw from the whole set); and the
+    clients' tables (the int32 index table, ``num_clients x`` the largest client, on the host and the
+    device, and each client's bookkeeping) must fit in memory. Raises OptionError naming the field."""
+    if sc.partition != "pool" and sc.num_clients > num_samples:
+        raise OptionError(f"num_clients={sc.num_clients}: data set {sc.dataset!r} has {num_samples} training "
+                          f"samples{' (num_train)' if sc.num_train is not None else ''}, fewer than the clients, "
+                          f"and partition={sc.partition} gives each client samples of its own; use at most "
+                          f"{num_samples} clients, more data, or partition=pool (clients draw from the whole set)")
+    if sc.partition == "pool":  # the widest row: the largest of the paper's sizes on this pool
+        widest = int(reference_sizes(min(300, num_samples), num_samples).max())
+    else:  # rows of a split: the clients share the samples
+        widest = -(-num_samples // sc.num_clients)
+    row = 2 * 4 * widest + CLIENT_OVERHEAD_BYTES
+    check_fits(sc.num_clients * row, f"num_clients={sc.num_clients}",
+               f"the clients' tables (about {row:,} bytes per client)")
 
 
 def fleet_config(sc: Scenario, strategy) -> FleetConfig:
@@ -192,6 +229,10 @@ def check_fleet(sc: Scenario, strategy) -> None:
     if strategy.mode == "sync" and sc.aggregation_goal > sc.num_clients:
         raise OptionError(f"aggregation_goal={sc.aggregation_goal}: a sync round needs that many distinct clients "
                           f"but the population has num_clients={sc.num_clients}")
+    if sc.eval_batch > sc.max_aggregations:  # a batch is padded to its size: 10^9 would allocate 10^9 models
+        raise OptionError(f"eval_batch={sc.eval_batch}: more test checkpoints per device call than the run's "
+                          f"max_aggregations={sc.max_aggregations} (a batch waits until full and is padded to its "
+                          f"size in memory); use at most {sc.max_aggregations}")
     cfg = fleet_config(sc, strategy)
     if cfg.mode == "async" and sc.aggregation_goal > sc.num_clients and (
             cfg.detaches_on_departure or cfg.reading.async_exclusion == "every_async"):

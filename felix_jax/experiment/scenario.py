@@ -106,10 +106,10 @@ class Scenario:
         for field in PATH_FIELDS:  # file names by absolute path too
             value = getattr(self, field)
             if _names_file(field, value):
-                object.__setattr__(self, field, str(Path(value).expanduser().resolve()))
+                object.__setattr__(self, field, _absolute(field, value))
         if self.plugins:  # plugin files by absolute path, so config.json reruns from any folder
             object.__setattr__(self, "plugins", ",".join(
-                str(Path(p.strip()).expanduser().resolve()) if p.strip().endswith(".py") else p.strip()
+                _absolute("plugins", p.strip()) if p.strip().endswith(".py") else p.strip()
                 for p in self.plugins.split(",") if p.strip()))
         for name, rule, allowed in _CHECKS:
             value = getattr(self, name)
@@ -219,11 +219,21 @@ class Scenario:
         """A scenario from a JSON file of fields (or a run's ``config.json``)."""
         path = Path(path)
         try:
-            data = json.loads(path.read_text())
+            raw = path.read_bytes()
         except OSError as e:
             raise OptionError(f"cannot read scenario file {path}: {e.strerror or e}") from None
+        try:
+            text = raw.decode("utf-8-sig")
+        except UnicodeDecodeError as e:
+            raise OptionError(f"scenario file {path} is not a text JSON file (byte {e.start} is not UTF-8 text: "
+                              "a binary file?)") from None
+        try:
+            data = json.loads(text)
         except json.JSONDecodeError as e:
             raise OptionError(f"scenario file {path} is not valid JSON: {e}") from None
+        except RecursionError:
+            raise OptionError(f"scenario file {path}: JSON nested too deeply to be a scenario (a scenario file is "
+                              "an object of fields)") from None
         record = None
         if isinstance(data, dict) and isinstance(data.get("scenario"), dict):  # a run's config.json
             record, data = data, data["scenario"]
@@ -336,6 +346,16 @@ def _names_file(field: str, value) -> bool:
     return is_file_name(value)
 
 
+def _absolute(field: str, value: str, base: Path | None = None) -> str:
+    """``value`` as an absolute path (relative to ``base``, else the working folder); a path that
+    cannot be resolved (a symbolic link loop) is an OptionError naming the field."""
+    path = Path(value).expanduser()
+    try:
+        return str(((base / path) if base is not None and not path.is_absolute() else path).resolve())
+    except (OSError, RuntimeError) as e:  # Python raises RuntimeError("Symlink loop from ...") for a loop
+        raise OptionError(f"{field}={value!r}: cannot resolve the path ({e}): a symbolic link loop?") from None
+
+
 def _resolve_paths(data: dict, base: Path) -> dict:
     """A scenario file's relative file names (data, trace and profile files, plugin ``.py`` files),
     taken relative to the file's own folder."""
@@ -343,10 +363,10 @@ def _resolve_paths(data: dict, base: Path) -> dict:
     for field in PATH_FIELDS:
         value = out.get(field)
         if _names_file(field, value) and not Path(value).expanduser().is_absolute():
-            out[field] = str((base / value).resolve())
+            out[field] = _absolute(field, value, base)
     if isinstance(out.get("plugins"), str):  # a module name stays a module name
         out["plugins"] = ",".join(
-            str((base / p).resolve()) if p.endswith(".py") and not Path(p).expanduser().is_absolute() else p
+            _absolute("plugins", p, base) if p.endswith(".py") and not Path(p).expanduser().is_absolute() else p
             for p in (p.strip() for p in out["plugins"].split(",")) if p)
     return out
 

@@ -34,6 +34,20 @@ class Interruption(str, enum.Enum):
     RUN_TO_END_HOLD = "run_to_end_hold"
 
 
+class UnsettledTaskError(RuntimeError):
+    """A client's availability trace changes tier so often that a task cannot settle (finish, or be
+    given up) within the walk's limit of state changes: a trace far finer than the tasks it schedules.
+    One line naming the client, the task and the limit."""
+
+
+def _unsettled(client: int, t0: float, work_s: float | None, max_changes: int) -> UnsettledTaskError:
+    task = f"a {work_s:g} s task" if work_s is not None else "a finished update"
+    return UnsettledTaskError(
+        f"client {client}: its availability trace changed tier {max_changes:,} times from t={t0:g} s without "
+        f"{task} settling (task did not settle within {max_changes} state changes): the trace changes state "
+        "faster than a task can run; use a coarser trace (or one that repeats with a longer period)")
+
+
 @dataclasses.dataclass(frozen=True)
 class Timeline:
     """The hand-computable life of one task."""
@@ -79,7 +93,7 @@ def task_timeline(trace: AvailabilityTrace, client: int, t0: float, work_s: floa
         if nt == math.inf or nt > horizon_s:
             return Timeline(start, math.inf, first_stop, interruptions)
         t, state = nt, ns
-    raise RuntimeError(f"client {client}: task did not settle within {max_changes} state changes")
+    raise _unsettled(client, t0, work_s, max_changes)
 
 
 def first_leave(trace: AvailabilityTrace, client: int, t: float, until: float, allowed: frozenset[int]) -> float:
@@ -95,11 +109,11 @@ def first_leave(trace: AvailabilityTrace, client: int, t: float, until: float, a
 
 def _first_present(trace: AvailabilityTrace, client: int, t: float, horizon_s: float, max_changes: int) -> float:
     """The first time >= t the client is not UN_AVL (inf if not back within ``horizon_s``)."""
-    state = trace.state_of(t, client)
+    t0, state = t, trace.state_of(t, client)
     for _ in range(max_changes):
         if state != _UN_AVL:
             return t
         t, state = trace.next_change_of(t, client)
         if t == math.inf or t > horizon_s:
             return math.inf
-    raise RuntimeError(f"client {client}: task did not settle within {max_changes} state changes")
+    raise _unsettled(client, t0, None, max_changes)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import errno
 import hashlib
 import json
 import math
@@ -446,25 +447,41 @@ def save_snapshot(sim: "FleetSimulator", path: str | Path, keep: int = 2) -> Pat
     if (root / name).exists():  # the same point again (a resumed run re-ran it): a fresh name, never overwrite
         name += f"-{sum(1 for _ in root.glob(name + '*'))}"
     tmp = root / f".tmp-{name}-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    tree, arrays, device = encode(_state(sim))
-    manifest = {k: {"shape": list(v.shape), "dtype": v.dtype.name} for k, v in device.items()}
-    _write_json(tmp / _HOST_JSON, {"format": FORMAT, "fingerprint": fingerprint(sim), "version": sim.version,
-                                   "time_s": sim.now, "device": manifest, "state": tree})
-    with open(tmp / _HOST_NPZ, "wb") as f:
-        np.savez(f, **arrays)
-        f.flush()
-        os.fsync(f.fileno())
-    if device:
-        ocp, ckpt = _device_checkpointer()
-        with ckpt:
-            ckpt.save(tmp / _DEVICE, args=ocp.args.StandardSave(device))
-    _write_json(tmp / _CHECKSUMS, _checksums(tmp))  # last: a snapshot without it is incomplete
-    final = _publish(root, tmp, name)
+    try:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        tree, arrays, device = encode(_state(sim))
+        manifest = {k: {"shape": list(v.shape), "dtype": v.dtype.name} for k, v in device.items()}
+        _write_json(tmp / _HOST_JSON, {"format": FORMAT, "fingerprint": fingerprint(sim), "version": sim.version,
+                                       "time_s": sim.now, "device": manifest, "state": tree})
+        with open(tmp / _HOST_NPZ, "wb") as f:
+            np.savez(f, **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+        if device:
+            ocp, ckpt = _device_checkpointer()
+            with ckpt:
+                ckpt.save(tmp / _DEVICE, args=ocp.args.StandardSave(device))
+        _write_json(tmp / _CHECKSUMS, _checksums(tmp))  # last: a snapshot without it is incomplete
+        final = _publish(root, tmp, name)
+    except OSError as e:  # a full disk, a quota, a folder gone read-only: the previous snapshot stays
+        raise _write_failed(root, tmp, name, e) from None
     _prune(root, keep)
     return final
+
+
+def _write_failed(root: Path, tmp: Path, name: str, e: OSError) -> SnapshotError:
+    """Removes what a failed snapshot write left (the temporary folder, a published folder that ``LATEST``
+    does not name, the pointer's temporary file) and says why in one line, naming the snapshot kept."""
+    latest = (root / LATEST).read_text().strip() if (root / LATEST).is_file() else None
+    shutil.rmtree(tmp, ignore_errors=True)
+    if latest != name:
+        shutil.rmtree(root / name, ignore_errors=True)
+    (root / f".{LATEST}.tmp").unlink(missing_ok=True)
+    why = "the disk is full" if e.errno == errno.ENOSPC else (e.strerror or str(e))
+    kept = f"the previous snapshot {latest} is kept" if latest else "no earlier snapshot to keep"
+    return SnapshotError(f"cannot write snapshot {name} under {root}: {why} ({e.filename or tmp}); {kept}")
 
 
 def _prune(root: Path, keep: int) -> None:

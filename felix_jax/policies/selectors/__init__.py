@@ -43,7 +43,25 @@ def make_selector(name: str, config=None, **options) -> Selector:
         config = selector_config(name, **options)
     elif options:
         raise TypeError("pass either config or options, not both")
-    return SELECTORS[name]() if config is None else SELECTORS[name](config)
+    return _checked(SELECTORS[name]() if config is None else SELECTORS[name](config))
+
+
+def _checked(selector: Selector) -> Selector:
+    """``selector`` whose ``select`` must return a pair (client ids, state): anything else (None, the ids
+    alone, a triple) is refused as a PolicyError naming the selector, not an unpacking error deep in the
+    server. The ids themselves are checked by the server (``FleetSimulator.select_and_dispatch``)."""
+    inner = selector.select
+
+    def select(state, ctx, k):
+        out = inner(state, ctx, k)
+        if not (isinstance(out, tuple) and len(out) == 2):
+            from ...fleet.simulator import PolicyError
+
+            shown = f"a tuple of {len(out)}" if isinstance(out, tuple) else type(out).__name__
+            raise PolicyError(f"selector {selector.name} returned {shown}: expected a tuple (client ids, state)")
+        return out
+
+    return selector._replace(select=select)
 
 
 __all__ = ["OORT_VARIANTS", "SELECTORS", "SELECTOR_OPTIONS", "SelectionContext", "Selector", "make_oort_selector",
