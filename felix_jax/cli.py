@@ -1,4 +1,4 @@
-"""``felix-jax`` command line (host-only): ``run``, ``compare``, ``demo``, ``plot``."""
+"""``felix-jax`` command line (host-only): ``run``, ``compare``, ``demo``, ``plot``, ``plot-trace``."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def _print_readings() -> None:
         print(f"  {'selector.' + key:<32} {str(to_json(getattr(OortConfig(), key))):<14} {str(shown):<18} {source}")
 
 
-def _print_listing() -> None:
+def _print_listing(preset: str = "quickstart") -> None:
     from .experiment import PRESETS, STRATEGIES
     from .experiment.registry import AVAILABILITY, DEVICE_PROFILES, MODELS
     from .policies import AGGREGATOR_OPTIONS, SELECTOR_OPTIONS
@@ -73,12 +73,18 @@ def _print_listing() -> None:
     from .experiment import Scenario
     from .experiment.scenario import FIELD_HELP
 
-    print("scenario fields (--set FIELD=V or a JSON file of fields; type = default: meaning):")
+    from .experiment import get_preset
+
+    chosen = get_preset(preset)  # what `run --preset PRESET` runs: its values where they differ
+    print(f"scenario fields (--set FIELD=V or a JSON file of fields; type = default [preset {preset}'s value where "
+          f"it differs; another preset's: run --preset NAME --list]: meaning):")
     hints = typing.get_type_hints(Scenario)
     for f in dataclasses.fields(Scenario):
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         kind = getattr(hints[f.name], "__name__", None) or str(hints[f.name]).replace("typing.", "")
-        print(f"  {f.name:<20} {kind} = {default!r}: {FIELD_HELP.get(f.name, '')}")
+        value = getattr(chosen, f.name)
+        differs = f" [{preset}: {value!r}]" if value != default else ""
+        print(f"  {f.name:<20} {kind} = {default!r}{differs}: {FIELD_HELP.get(f.name, '')}")
     print("presets:")
     for name, sc in PRESETS.items():
         print(f"  {name:<16} {sc.dataset}, {sc.model}, {sc.num_clients} clients, strategy {sc.strategy}, "
@@ -168,7 +174,10 @@ def _run(args: argparse.Namespace) -> int:
     from .experiment.results import OutputDirError, folder_lock, prepare_out_dir, remove_if_unused
 
     if args.list:
-        _print_listing()
+        try:
+            _print_listing(args.preset)
+        except KeyError as e:
+            raise SystemExit(f"felix-jax run: {_one_line(e)}")
         return 0
     _check_run_arguments(args)  # before anything is written
     snapshots = {"snapshot_every": args.snapshot_every, "snapshot_minutes": args.snapshot_minutes}
@@ -259,6 +268,7 @@ def _run_locked(args, scenario, out: Path, created: bool, snapshots: dict) -> in
 
 def _compare(args: argparse.Namespace) -> int:
     from .experiment import get_preset
+    from .experiment.compare import cell_overrides, parse_sweep, sweep_strategies
     from .experiment.registry import make_trace
     from .experiment.results import OutputDirError, folder_lock, prepare_out_dir
     from .traces import REFERENCE_TRACE_NAMES
@@ -274,6 +284,10 @@ def _compare(args: argparse.Namespace) -> int:
         raise SystemExit(f"felix-jax compare: {_one_line(e)}")
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     regimes = [r.strip() for r in args.availability.split(",") if r.strip()]
+    try:  # STRATEGY@KEY=VALUE cells, crossed with each --sweep KEY=v1,v2,...
+        strategies = sweep_strategies(strategies, [parse_sweep(spec) for spec in args.sweep or []])
+    except ValueError as e:
+        raise SystemExit(f"felix-jax compare: {_one_line(e)}")
     try:
         seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     except ValueError:
@@ -287,9 +301,10 @@ def _compare(args: argparse.Namespace) -> int:
     for name in strategies:  # fail before hours of work, not in the middle
         try:
             for seed in seeds:
-                base.with_overrides({"strategy": name, "seed": seed})
+                base.with_overrides({**cell_overrides(name), "seed": seed})
         except (KeyError, ValueError) as e:
-            raise SystemExit(f"felix-jax compare: {_one_line(e)}")
+            cell = f"{name}: " if "@" in name else ""  # which cell of a sweep
+            raise SystemExit(f"felix-jax compare: {cell}{_one_line(e)}")
     for rg in regimes:  # the name, and the trace file it reads
         try:
             if rg.startswith("ref:") and rg[4:] not in REFERENCE_TRACE_NAMES:
@@ -332,7 +347,7 @@ def _check_cell_folders(base, regimes: list[str]) -> None:
 
 
 def _compare_locked(args, base, strategies, regimes, seeds, out: Path) -> int:
-    from .experiment.compare import CellChanged, comparison_table, plot_comparison, run_matrix, write_pooled_csv
+    from .experiment.compare import CellChanged, all_kept, plot_comparison, run_matrix, write_tables
 
     try:
         from .experiment.sweep import default_batch
@@ -349,10 +364,11 @@ def _compare_locked(args, base, strategies, regimes, seeds, out: Path) -> int:
               "continues from them", file=sys.stderr)
         raise SystemExit(128 + signal.SIGINT)
     reference = "felix" if "felix" in strategies else strategies[0]
-    table = comparison_table(rows, strategies, regimes, reference)
-    (out / "table.txt").write_text(table + "\n")
-    write_pooled_csv(rows, strategies, regimes, out)
-    figures = plot_comparison(rows, strategies, regimes, out)
+    table = write_tables(rows, strategies, regimes, out, reference)
+    figures = plot_comparison(rows, strategies, regimes, out, reference=reference)
+    if all_kept(rows):  # nothing ran: the table is the earlier one's, say so
+        print(f"felix-jax compare: all {len(rows)} cells in {out} had finished earlier: the table below is theirs; "
+              "rerun them with --overwrite, or give --out another folder")
     print(table)
     print(f"wrote {out}/summary.csv (a row per run), {out}/summary_pooled.csv (over seeds), {out}/table.txt, "
           + ", ".join(str(p) for p in figures))
@@ -437,6 +453,22 @@ def _plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plot_trace(args: argparse.Namespace) -> int:
+    from .experiment.trace_figure import plot_trace
+
+    if args.out is not None and not args.out.strip():
+        raise SystemExit(f"felix-jax plot-trace: --out {args.out!r}: an empty path; give a file name")
+    if not (math.isfinite(args.slot_s) and args.slot_s > 0):
+        raise SystemExit(f"felix-jax plot-trace: --slot-s {args.slot_s}: must be a finite number > 0")
+    try:
+        path = plot_trace(args.trace, args.out, clients=args.clients, seed=args.seed, slot_s=args.slot_s,
+                          hours=args.hours)
+    except (*USER_ERRORS, ValueError) as e:
+        raise SystemExit(f"felix-jax plot-trace: {_one_line(e)}")
+    print(f"wrote {path}")
+    return 0
+
+
 def _check_summary_csv(path: Path) -> None:
     """A comparison's ``summary.csv`` as :func:`rows_from_summary_csv` reads it: the columns a plot
     needs, and a number (a whole, finite one for the integer columns) in every numeric field; a
@@ -467,7 +499,13 @@ def _check_summary_csv(path: Path) -> None:
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """--help shows each option's default and keeps the examples' line breaks."""
+    """--help shows each option's default and keeps the examples' line breaks; an option whose help
+    says its default itself, or whose default is None or a flag's False, gets no "(default: ...)"."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is False or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
 
 
 RUN_EXAMPLES = """examples:
@@ -478,10 +516,16 @@ RUN_EXAMPLES = """examples:
   felix-jax run --set strategy=felix --snapshot-every 50 --out results/r; felix-jax run --resume results/r
   felix-jax run --list                                       # every field, preset, strategy and option"""
 
+PLOT_TRACE_EXAMPLES = """examples:
+  felix-jax plot-trace avail50                               # avail50-trace.png: 100 clients, 24 h
+  felix-jax plot-trace my_trace.csv --out figures/mine.png
+  felix-jax plot-trace ref:mobiperf_3st_50 --clients 100     # needs FELIX_JAX_DATA"""
+
 COMPARE_EXAMPLES = """examples:
   felix-jax compare                                          # FeLiX vs OORT+Async vs FedBuff, 100% and 50%
   felix-jax compare --scenario tiny --strategies felix,oort-async-oracle --availability avail50 --seeds 0,1,2
   felix-jax compare --set trace_start_s=1800 --availability ref:syn_50,ref:mobiperf_3st_50 --out results/c
+  felix-jax compare --strategies felix,oort-async-oracle@oracle_departure=free_slot --sweep timeout_s=30,90
   felix-jax compare --seeds 0,1,2 --batch 6                  # 6 experiments at a time, device calls shared
   felix-jax compare --seeds 0,1,2 --batch 3 --executor ray --ray-address auto   # batches as Ray tasks"""
 
@@ -514,7 +558,12 @@ def build_parser() -> argparse.ArgumentParser:
                           formatter_class=_HelpFormatter, epilog=COMPARE_EXAMPLES)
     cmp_.add_argument("--scenario", default="quickstart", help="scenario preset (see run --list)")
     cmp_.add_argument("--availability", default="avail100,avail50", help="comma-separated regimes")
-    cmp_.add_argument("--strategies", default="felix,oort-async,fedbuff", help="comma-separated strategies")
+    cmp_.add_argument("--strategies", default="felix,oort-async,fedbuff",
+                      help="comma-separated strategies; one may carry options of its own, "
+                           "STRATEGY@KEY=VALUE[;KEY=VALUE] (e.g. oort-async-oracle@oracle_departure=free_slot)")
+    cmp_.add_argument("--sweep", action="append", metavar="KEY=V1,V2",
+                      help="cross every strategy with each value of a scenario key (cells named "
+                           "STRATEGY@KEY=V; repeatable: every combination)")
     cmp_.add_argument("--seeds", default="0", help="comma-separated seeds")
     cmp_.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a scenario field (repeatable)")
     cmp_.add_argument("--out", help="output folder (default results/compare-<scenario>)")
@@ -544,6 +593,21 @@ def build_parser() -> argparse.ArgumentParser:
     plot = sub.add_parser("plot", help="redraw the figures of a run or compare results folder from its saved files")
     plot.add_argument("dir", help="a run folder (metrics.csv) or a compare folder (summary.csv and runs/)")
     plot.set_defaults(func=_plot)
+    trace = sub.add_parser("plot-trace", help="draw an availability trace: tier shares over time and a client raster",
+                           formatter_class=_HelpFormatter, epilog=PLOT_TRACE_EXAMPLES)
+    trace.add_argument("trace", metavar="FILE_OR_REGIME",
+                       help="a trace file (.csv, .npz, FedScale .json/.pkl) or a regime (avail50, mobiperf, "
+                            "ref:NAME; see run --list)")
+    trace.add_argument("--out", help="the figure (default <name>-trace.png in this folder)")
+    trace.add_argument("--clients", type=int, metavar="N",
+                       help="clients to draw (default: a file's own, 100 for a synthetic regime; a trace with "
+                            "fewer is cycled, as a run does)")
+    trace.add_argument("--hours", type=float, metavar="H",
+                       help="hours to draw (default: a file's duration, 24 for a synthetic regime)")
+    trace.add_argument("--seed", type=int, default=0, help="seed of a synthetic regime's slots")
+    trace.add_argument("--slot-s", type=float, default=600.0, metavar="S",
+                       help="slot length of a synthetic regime (a scenario's slot_s)")
+    trace.set_defaults(func=_plot_trace)
     return ap
 
 
