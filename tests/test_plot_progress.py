@@ -106,9 +106,25 @@ def test_progress_never_goes_backwards_and_gives_no_eta_without_a_basis():
         shown.append(p.shown)
         etas.append(p.eta_s)
     assert shown == sorted(shown)  # monotone although the accuracy (and its window mean) fell
-    overall = [0.1 / 0.5, 0.25 / 0.5, (0.95 / 3) / 0.5]  # the first three window means over the target
+    overall = [0.0, 0.25 / 0.5, (0.95 / 3) / 0.5]  # 0 at t = 0, then the window means over the target
     assert shown[:3] == pytest.approx(overall) and shown[3] == pytest.approx(overall[2])
     assert etas[0] is None and etas[1] is None and etas[2] is not None
+
+
+def test_progress_starts_at_zero_until_the_first_checkpoint_after_t0(capsys):
+    """The initial model's accuracy (0.1 of a 0.5 target) is no progress: the first line says 0%,
+    not 20%; the next checkpoint counts it in the window's mean, as the stop rule does."""
+    clock = FakeClock()
+    progress = _Progress(TINY, enabled=True, clock=clock, every_s=0.0, terminal=False)
+    progress(checkpoint(0, 0.0, 0.1))
+    assert progress.latest.shown == 0.0 and progress.latest.accuracy == pytest.approx(0.2)
+    clock.now = 1.0
+    progress(checkpoint(1, 0.01, 0.3))
+    assert progress.latest.shown == pytest.approx((0.1 + 0.3) / 2 / 0.5)
+    progress.close()
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith(f"{progress.label}:   0% to the stop rule") and "agg 0/60" in lines[0]
+    assert "40% to the stop rule" in lines[1]
 
 
 def test_progress_outside_a_terminal_prints_plain_periodic_lines(capsys):

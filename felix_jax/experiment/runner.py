@@ -277,7 +277,9 @@ class _Progress:
     (last-``window`` mean) / target and virtual hours / limit, and never goes backwards (the largest
     so far: a falling accuracy does not undo it); the text shows each part and a wall-clock ETA to
     the nearest cap from the rate over the last ``recent`` checkpoints, once there are at least 3
-    (before that, and once a stop is reached, ``ETA -``). The target gives no ETA, when accuracy
+    (before that, and once a stop is reached, ``ETA -``). The checkpoint at t = 0 (the initial model,
+    no aggregation yet) moves nothing: the share stays 0% until the first checkpoint after it, though
+    its accuracy enters the window's mean as the stop rule counts it. The target gives no ETA, when accuracy
     will reach it has no basis: with a target the ETA reads ``<= T`` (the cap's, an upper bound).
 
     On a terminal a tqdm bar; elsewhere (a notebook, a log file) plain lines, at most one per
@@ -318,7 +320,8 @@ class _Progress:
         timed = math.isfinite(stop.max_virtual_s)
         virtual_time = min(cp.time_s / stop.max_virtual_s, 1.0) if timed else None
         p = StopProgress(min(cp.version / stop.max_aggregations, 1.0), accuracy, virtual_time, self._eta(cp))
-        self._shown = max(self._shown, p.overall)
+        if cp.version > 0 or cp.time_s > 0:  # the initial model's accuracy is no progress toward the target
+            self._shown = max(self._shown, p.overall)
         if p.overall >= 1.0:
             p = dataclasses.replace(p, eta_s=None)  # a stop is reached: nothing left to estimate
         self.latest = dataclasses.replace(p, shown=self._shown)
