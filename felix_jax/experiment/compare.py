@@ -784,6 +784,7 @@ def plot_time_to_target(rows: list[dict], strategies: list[str], regimes: list[s
     reference = _default_reference(strategies) if reference is None else reference
     styles = strategy_styles(strategies, reference)
     rows_in = len(strategies)  # a row per strategy: a long label (a sweep's variant) reads along it
+    xmax = 0.0  # the furthest point or interval end of any panel: the shared hours axis spans it
     fig, axes = plt.subplots(1, len(regimes), figsize=(max(4.2 * len(regimes), 5.0) + _labels_width(strategies),
                                                        1.6 + 0.45 * rows_in), squeeze=False, sharex=True, sharey=True)
     for ax, rg in zip(axes[0], regimes):
@@ -799,10 +800,12 @@ def plot_time_to_target(rows: list[dict], strategies: list[str], regimes: list[s
                 hours = r["time_to_target_h"]
                 if hours is not None:
                     ax.plot(hours, y + dy, "o", color=color, ms=5, zorder=3)
+                    xmax = max(xmax, hours)
                 else:
                     end = _end_hours(r)
                     if end is not None:
                         ax.plot(end, y + dy, "^", mfc="none", mec=color, ms=6, mew=1.2, zorder=3)
+                        xmax = max(xmax, end)
             reached = [r["time_to_target_h"] for r in sel if r["time_to_target_h"] is not None]
             stats = hours_stats(reached)
             if stats["mean"] is not None:
@@ -810,6 +813,7 @@ def plot_time_to_target(rows: list[dict], strategies: list[str], regimes: list[s
                     ax.errorbar(stats["mean"], y + 0.3, xerr=[[stats["mean"] - stats["ci95_low"]],
                                                               [stats["ci95_high"] - stats["mean"]]],
                                 fmt="s", color="k", ms=4, capsize=3, lw=1, zorder=4)
+                    xmax = max(xmax, stats["ci95_high"])
                 else:
                     ax.plot(stats["mean"], y + 0.3, "s", color="k", ms=4, zorder=4)
             ax.annotate(f"{len(reached)}/{len(sel)}", (1.0, y), xycoords=("axes fraction", "data"), xytext=(4, 0),
@@ -821,7 +825,7 @@ def plot_time_to_target(rows: list[dict], strategies: list[str], regimes: list[s
         ax.xaxis.set_major_locator(MaxNLocator(nbins=5))
         ax.grid(alpha=0.3, axis="x")
     axes[0][0].set_ylabel("strategy (right: seeds that reached it / run)", fontsize=8)  # shared rows: once
-    axes[0][0].set_xlim(left=0)  # after every panel is drawn: the shared axis spans them all
+    axes[0][0].set_xlim(0, xmax * 1.08 if xmax > 0 else 1.0)  # from 0, with room for the furthest marker
     if target is not None:
         fig.suptitle(f"time to target accuracy {target:g} (the mean of the last 20 test accuracies and the last one)",
                      fontsize=9)
