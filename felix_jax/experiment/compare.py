@@ -298,7 +298,8 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
 
 def comparison_eta(walls: list[float], cells_left: int) -> str:
     """The whole comparison's ETA for a progress line: the mean wall time of the cells finished so
-    far times the cells left (``""`` before any cell has finished, or with none left)."""
+    far times the cells left (``""`` before any cell has finished, or with none left). In sweep
+    batches a cell's wall time is its batch's over the batch's experiments."""
     if not walls or cells_left <= 0:
         return ""
     from .runner import _format_seconds

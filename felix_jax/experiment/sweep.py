@@ -327,6 +327,7 @@ def run_sweep(jobs: list[SweepJob], batch: int | None = None, *, plot: bool = Tr
             previous[sig] = signal.signal(sig, on_signal)
     t_start = time.perf_counter()
     compiles_at_start = _compiles["total"]
+    walls: list[float] = []  # wall seconds per experiment of each finished batch: the sweep's ETA
     try:
         batches = plan_batches(jobs, batch)
         for b_i, members in enumerate(batches):
@@ -349,7 +350,11 @@ def run_sweep(jobs: list[SweepJob], batch: int | None = None, *, plot: bool = Tr
 
             threads = [threading.Thread(target=work, args=(s, i, coordinator.member()), daemon=True,
                                         name=f"felix-sweep-{i}") for s, i in enumerate(members)]
-            log(f"batch {b_i + 1}/{len(batches)}: {len(members)} experiments")
+            from .compare import comparison_eta
+
+            left = sum(len(m) for m in batches[b_i:])
+            log(f"batch {b_i + 1}/{len(batches)}: {len(members)} experiments{comparison_eta(walls, left)}")
+            t_batch = time.perf_counter()
             for t in threads:
                 t.start()
             last_line = time.perf_counter()
@@ -359,6 +364,7 @@ def run_sweep(jobs: list[SweepJob], batch: int | None = None, *, plot: bool = Tr
                     if time.perf_counter() - last_line >= progress_every_s:
                         last_line = time.perf_counter()
                         log(coordinator.progress_line())
+            walls += [(time.perf_counter() - t_batch) / len(members)] * len(members)
             for i in members:
                 r = results[i]
                 if r is not None:

@@ -1,0 +1,128 @@
+"""``felix-jax compare`` with cells of their own options (``STRATEGY@KEY=VALUE``) and ``--sweep``,
+its notes on a finished folder, ``felix-jax plot-trace``, and the help and listing texts."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from felix_jax.cli import build_parser, main
+
+CELLS = ["felix@timeout_s=30", "felix@timeout_s=90", "oort-async-oracle@oracle_departure=free_slot;timeout_s=30",
+         "oort-async-oracle@oracle_departure=free_slot;timeout_s=90"]
+
+
+def sweep_argv(out, *more):
+    return ["compare", "--scenario", "tiny", "--strategies", "felix,oort-async-oracle@oracle_departure=free_slot",
+            "--sweep", "timeout_s=30,90", "--availability", "avail50", "--set", "max_aggregations=3", "--quiet",
+            "--out", str(out), *more]
+
+
+def test_a_sweep_runs_resumes_and_tabulates(tmp_path, capsys):
+    out = tmp_path / "c"
+    assert main(sweep_argv(out, "--batch", "4")) == 0  # the four cells as one batch
+    first = capsys.readouterr().out
+    for label in CELLS:
+        assert label in first  # in the table
+    with open(out / "summary.csv", newline="") as f:
+        assert sorted(r["strategy"] for r in csv.DictReader(f)) == sorted(CELLS)
+    with open(out / "summary_pooled.csv", newline="") as f:
+        assert sorted(r["strategy"] for r in csv.DictReader(f)) == sorted(CELLS)
+    cell = out / "runs" / "oort-async-oracle+oracle_departure-free_slot+timeout_s-90-avail50-seed0"
+    config = json.loads((cell / "config.json").read_text())
+    assert config["scenario"]["timeout_s"] == 90.0 and config["fleet"]["oracle_departure"] == "free_slot"
+    assert json.loads((out / "runs" / "felix+timeout_s-30-avail50-seed0" / "config.json").read_text(
+    ))["scenario"]["timeout_s"] == 30.0
+    for name in ("accuracy.png", "bytes.png", "cdfs.png", "table.txt"):
+        assert (out / name).is_file()
+    # again: every cell is kept, and one line says that the table is the earlier one's
+    assert main(sweep_argv(out)) == 0
+    again = capsys.readouterr().out
+    assert again.count("finished earlier, kept") == 4
+    assert "all 4 cells in" in again and "--overwrite" in again and "--out another folder" in again
+    # one more value: the finished cells are kept, only the new ones run
+    argv = sweep_argv(out)
+    argv[argv.index("timeout_s=30,90")] = "timeout_s=30,90,150"
+    assert main(argv) == 0
+    third = capsys.readouterr().out
+    assert third.count("finished earlier, kept") == 4 and "felix@timeout_s=150" in third
+    assert "had finished earlier" not in third
+
+
+@pytest.mark.parametrize("more,expected", [
+    (["--sweep", "nonsense=1,2"], "felix@nonsense=1: nonsense: unknown scenario field"),
+    (["--sweep", "timeout_s=abc"], "timeout_s='abc'"),
+    (["--sweep", "seed=1,2"], "seed is an axis of the comparison already; give it with --seeds"),
+    (["--sweep", "availability=avail50"], "give it with --availability"),
+    (["--sweep", "strategy=felix"], "give it with --strategies"),
+    (["--sweep", "timeout_s="], "no values"),
+    (["--sweep", "timeout_s"], "expected KEY=v1,v2"),
+    (["--sweep", "timeout_s=1", "--sweep", "timeout_s=2"], "swept twice"),
+    (["--strategies", "felix@seed=2"], "seed is an axis of the comparison"),
+    (["--strategies", "felix@selector.k=v"], "felix@selector.k=v: selector.k"),
+])
+def test_bad_sweeps_and_cells_are_refused_in_one_line_before_anything_runs(tmp_path, more, expected):
+    argv = ["compare", "--scenario", "tiny", "--availability", "avail50", "--quiet", "--out", str(tmp_path / "c"),
+            "--strategies", "felix", *more]
+    if more[0] == "--strategies":
+        argv = argv[:-2] + more
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    message = info.value.code
+    assert isinstance(message, str) and "\n" not in message and message.startswith("felix-jax compare: ")
+    assert expected in message, message
+    assert not (tmp_path / "c").exists()
+
+
+def test_plot_trace_writes_the_figure_and_refuses_in_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["plot-trace", "avail50", "--clients", "8", "--hours", "2"]) == 0
+    assert (tmp_path / "avail50-trace.png").stat().st_size > 0
+    assert "avail50-trace.png" in capsys.readouterr().out
+    (tmp_path / "t.csv").write_text("client,time_s,state\n0,0,AVL_TRAIN\n0,600,UN_AVL\n1,0,AVL_EVAL\n")
+    assert main(["plot-trace", str(tmp_path / "t.csv"), "--out", str(tmp_path / "fig" / "t.png")]) == 0
+    assert (tmp_path / "fig" / "t.png").is_file()
+    for argv, expected in ((["plot-trace", "avail42"], "unknown availability regime 'avail42'"),
+                           (["plot-trace", "nope.csv"], "nope.csv"),
+                           (["plot-trace", "avail50", "--clients", "0"], "--clients 0: must be >= 1"),
+                           (["plot-trace", "avail50", "--hours", "-1"], "--hours -1.0"),
+                           (["plot-trace", "avail50", "--out", ""], "an empty path")):
+        with pytest.raises(SystemExit) as info:
+            main(argv)
+        assert isinstance(info.value.code, str) and "\n" not in info.value.code, argv
+        assert info.value.code.startswith("felix-jax plot-trace: ") and expected in info.value.code, info.value.code
+
+
+def test_help_names_each_default_once():
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command").choices
+    for command in ("run", "compare", "plot-trace"):
+        text = sub[command].format_help()
+        assert "(default: None)" not in text and "(default: False)" not in text, command
+    text = " ".join(sub["compare"].format_help().split())
+    assert "(default: quickstart)" in text and "results/compare-<scenario>" in text
+
+
+def test_run_list_shows_the_presets_values_beside_the_defaults(capsys):
+    assert main(["run", "--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    slot = next(x for x in lines if x.strip().startswith("slot_s "))
+    assert "= 600.0 [quickstart: 60.0]" in slot  # what `felix-jax run` runs, beside the field's default
+    assert main(["run", "--preset", "tiny", "--list"]) == 0
+    slot = next(x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("slot_s "))
+    assert "[tiny: 30.0]" in slot
+
+
+def test_batches_after_the_first_give_the_whole_comparisons_eta(tmp_path):
+    from felix_jax.experiment import get_preset
+    from felix_jax.experiment.compare import run_matrix
+
+    lines = []
+    base = get_preset("tiny").with_overrides({"max_aggregations": 2, "target_accuracy": "none"})
+    run_matrix(base, ["felix", "fedbuff", "oort-async"], ["avail100"], [0], tmp_path / "c", progress=False,
+               log=lines.append, plot=False, batch=2)
+    batch_lines = [x for x in lines if x.startswith("batch ")]
+    assert len(batch_lines) == 2 and "ETA" not in batch_lines[0]  # nothing finished yet: no basis
+    assert "comparison ETA" in batch_lines[1] and "1 cell left" in batch_lines[1]
