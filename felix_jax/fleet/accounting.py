@@ -63,6 +63,11 @@ class Accounting:
                 setattr(self, name, value)
 
     @property
+    def dispatch_log(self) -> list:
+        """``(time_s, client, kind, round)`` per dispatched task, in dispatch order (from :attr:`events`)."""
+        return [(r[0], r[2], r[3], r[4]) for r in self.events if r[1] == "dispatch"]
+
+    @property
     def bytes_total(self) -> int:
         return (self.bytes_down_train + self.bytes_up_train + self.bytes_down_eval + self.bytes_up_eval
                 + self.control_bytes)
