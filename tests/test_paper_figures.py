@@ -50,3 +50,26 @@ def test_a_run_without_values_leaves_its_bar_empty_not_wrong(tmp_path):
     rows = [{**r, "strategy": "felix", "availability": "ref:syn_50", "seed": 0}]
     paths = plot_paper_figures(rows, ["felix"], ["ref:syn_50"], tmp_path / "f")
     assert {p.name for p in paths} == {"selection.png", "late_weights.png"}
+
+
+def test_every_panel_has_axis_labels(tmp_path, monkeypatch):
+    import matplotlib.figure
+
+    drawn = {}
+    savefig = matplotlib.figure.Figure.savefig
+
+    def keep(fig, path, **kw):
+        drawn[path.name] = [(ax.get_title(), ax.get_xlabel(), ax.get_ylabel()) for ax in fig.axes]
+        return savefig(fig, path, **kw)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", keep)
+    rows = []
+    for st in ("felix", "felix-no-eval", "felix-no-tierfuse"):
+        r = _run(tmp_path, st, [0, 1], [1.0, 0.5], time_to_target_h=0.4, picked_utility_mean=5.0,
+                 picked_duration_mean_s=7.0, evals_per_aggregation=2.0, train_picks_eval_utility_share=0.1)
+        rows.append({**r, "strategy": st, "availability": "ref:syn_50", "seed": 0})
+    plot_paper_figures(rows, ["felix", "felix-no-eval", "felix-no-tierfuse"], ["ref:syn_50"], tmp_path / "f")
+    assert sorted(drawn) == sorted(FIGURES)
+    for name, axes in drawn.items():
+        for title, xlabel, ylabel in axes:
+            assert xlabel and ylabel, (name, title)

@@ -56,10 +56,14 @@ def _bar(ax, x: float, values: list[float], color, width: float = 0.8) -> None:
                 textcoords="offset points")
 
 
-def _bar_axes(ax, names: list[str], title: str, **ticks) -> None:
+def _bar_axes(ax, names: list[str], title: str, ylabel: str, **ticks) -> None:
     ax.set_xticks(range(len(names)), names, fontsize=7, **ticks)
     ax.set_title(title, fontsize=8)
+    ax.set_xlabel("strategy", fontsize=7)
+    ax.set_ylabel(ylabel, fontsize=7)
     ax.grid(axis="y", alpha=0.3)
+    low, high = ax.get_ylim()  # after the bars: headroom for the value over the highest
+    ax.set_ylim(low, high + 0.12 * (high - low))
 
 
 def _save(fig, out: Path, name: str, title: str) -> Path:
@@ -67,7 +71,7 @@ def _save(fig, out: Path, name: str, title: str) -> Path:
 
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(out / name, dpi=110)
+    fig.savefig(out / name, dpi=110, bbox_inches="tight")  # a long title is not cut at a narrow figure's edges
     plt.close(fig)
     return out / name
 
@@ -84,12 +88,14 @@ def plot_selection(rows: list[dict], strategies: list[str], regimes: list[str], 
     fig, axes = plt.subplots(2, len(regimes), figsize=(3.6 * len(regimes), 6.4), squeeze=False)
     for col, rg in enumerate(regimes):
         names = [st for st in strategies if _cells(rows, st, rg)]
-        for row, (key, title) in enumerate((("picked_utility_mean", "utility of picked clients (higher is better)"),
-                                            ("picked_duration_mean_s", "duration of picked clients, s (lower is better)"))):
+        for row, (key, title, ylabel) in enumerate((
+                ("picked_utility_mean", "utility of picked clients (higher is better)", "utility (mean per pick)"),
+                ("picked_duration_mean_s", "duration of picked clients, s (lower is better)",
+                 "task duration (s, mean per pick)"))):
             ax = axes[row][col]
             for i, st in enumerate(names):
                 _bar(ax, i, _values(_cells(rows, st, rg), key), colors[st])
-            _bar_axes(ax, names, f"{label(rg)}: {title}", rotation=45, ha="right")
+            _bar_axes(ax, names, f"{label(rg)}: {title}", ylabel, rotation=45, ha="right")
     return _save(fig, out, "selection.png", "selected clients (mean over seeds, line: lowest to highest seed)")
 
 
@@ -101,20 +107,22 @@ def plot_eval_tier(rows: list[dict], regimes: list[str], out: Path, label: Calla
     regimes = [rg for rg in regimes if _cells(rows, on, rg) and _cells(rows, off, rg)]
     if not regimes:
         return None
-    panels = (("picked_utility_mean", "picked utility"), ("picked_duration_mean_s", "picked duration, s"),
-              ("time_to_target_h", "hours to target"), ("evals_per_aggregation", "evals per aggregation"),
-              ("train_picks_eval_utility_share", "train picks on an eval's utility"))
+    panels = (("picked_utility_mean", "picked utility", "utility (mean per pick)"),
+              ("picked_duration_mean_s", "picked duration, s", "task duration (s)"),
+              ("time_to_target_h", "hours to target", "virtual hours to target"),
+              ("evals_per_aggregation", "evals per aggregation", "eval tasks per aggregation"),
+              ("train_picks_eval_utility_share", "train picks on an eval's utility", "share of train picks"))
     fig, axes = plt.subplots(len(regimes), len(panels), figsize=(2.7 * len(panels), 2.8 * len(regimes)),
                              squeeze=False)
     for row, rg in zip(axes, regimes):
-        for ax, (key, title) in zip(row, panels):
+        for ax, (key, title, ylabel) in zip(row, panels):
             for i, (st, color) in enumerate(((on, "tab:blue"), (off, "tab:gray"))):
                 cells = _cells(rows, st, rg)
                 values = _values(cells, key)
                 _bar(ax, i, values, color)
                 if key == "time_to_target_h" and len(values) < len(cells):
                     ax.annotate(f"{len(values)}/{len(cells)} reached", (i, 0), ha="center", va="bottom", fontsize=6)
-            _bar_axes(ax, [on, off], f"{label(rg)}: {title}")
+            _bar_axes(ax, [on, off], f"{label(rg)}: {title}", ylabel)
     return _save(fig, out, "eval_tier.png", "the eval tier on and off (mean over seeds, line: lowest to highest seed)")
 
 
@@ -178,7 +186,7 @@ def plot_late_weights(rows: list[dict], regimes: list[str], out: Path, label: Ca
         names = [st for st in ("felix", "felix-no-tierfuse") if _cells(rows, st, rg)]
         for i, st in enumerate(names):
             _bar(bars, i, _values(_cells(rows, st, rg), "time_to_target_h"), colors[st])
-        _bar_axes(bars, names, f"{label(rg)}: hours to target")
+        _bar_axes(bars, names, f"{label(rg)}: hours to target", "virtual hours to target")
     return _save(fig, out, "late_weights.png", "TierFuse against FedBuff weights (all seeds' updates pooled)")
 
 
