@@ -74,3 +74,30 @@ def test_paper_matrix_runs_variant_cells_and_tabulates_them_again(tmp_path):
     # the figures: the main matrix's curves and the paper's diagnostics, redrawn by --table-only
     names = sorted(p.name for p in (tmp_path / "figures").glob("*.png"))
     assert names == ["accuracy.png", "bytes.png", "cdfs.png", "late_weights.png", "selection.png"]
+
+
+def test_as_run_calibration_tabulates_both_readings_and_shows_bounds_without_ratios():
+    mod = load("as_run_calibration")
+    results = {(s, c): {"s_per_aggregation": 5.0 if s == "paper_code" else 2.5, "share_weight_ge_0.8": 0.6}
+               for s in ("paper", "paper_code") for c in mod.CELLS}
+    lines = mod.table(results).splitlines()
+    fitted = next(ln for ln in lines if "[fitted]" in ln)
+    assert fitted.split("|")[2:7] == [" 5 ", " 2.5 ", " x0.50 ", " 5 ", " x1.00 "]
+    share = next(ln for ln in lines if ln.startswith("| TierFuse share"))
+    assert share.split("|")[4].strip() == "-" and share.split("|")[6].strip() == "-"
+    assert next(ln for ln in lines if "eval tasks" in ln).split("|")[3].strip() == "-"  # not measured: blank
+
+
+def test_as_run_ablation_flips_one_group_at_a_time_and_tabulates_speed_ups():
+    mod = load("as_run_ablation")
+    cells = mod.cells()
+    assert len(cells) == 2 * (5 * 3 - 1)  # two regimes; the oracle group skips FeLiX
+    assert ("felix@" + mod.FLIPS["server"], "ref:syn_50") in cells
+    rows = [{"strategy": st, "availability": "ref:mobiperf_3st_50", "time_to_target_h": h}
+            for st, h in (("felix", 1.0), ("oort-async-oracle", 1.5), ("oort-oracle", None),
+                          ("felix@" + mod.FLIPS["server"], 0.5), ("oort-async-oracle@" + mod.FLIPS["server"], 0.6))]
+    table = mod.ablation_table(rows).splitlines()
+    base = next(ln for ln in table if "none (as run)" in ln and ln.startswith("| MobiPerf"))
+    assert "x1.50" in base and "not reached (0/1)" in base
+    server = next(ln for ln in table if "| server |" in ln and ln.startswith("| MobiPerf"))
+    assert "0.50 (1/1)" in server and "x1.20" in server

@@ -225,26 +225,14 @@ def test_serial_server_queues_replies_and_blocks_after_an_aggregation():
 
 
 def test_serial_server_run_resumes_from_a_snapshot_exactly(tmp_path):
-    from tests.test_snapshot import Killed, assert_same_run
-    from felix_jax.fleet.snapshot import SnapshotPolicy
+    from tests.test_snapshot import assert_same_run, killed_and_resumed
 
     sc = get_preset("tiny").with_overrides({"strategy": "felix", "semantics": "paper_code", "availability": "avail50",
                                             "max_aggregations": "12", "target_accuracy": "none",
                                             "eval_selector.min_age": "2"})
     reference = build_simulator(sc).run()
     assert reference.accounting.replies_eval > 0  # the eval tier ran: its replies queue too
-
-    def on_saved(path):
-        if path.name.startswith("snap-000008-"):
-            raise Killed
-
-    sim = build_simulator(sc)
-    sim.snapshot = SnapshotPolicy(tmp_path, every_aggregations=4, on_saved=on_saved)
-    with pytest.raises(Killed):
-        sim.run()
-    resumed = build_simulator(sc)
-    resumed.restore(tmp_path)
-    assert_same_run(reference, resumed.run())
+    assert_same_run(reference, killed_and_resumed(sc, tmp_path))
 
 
 # ------------------------------------------------------------------ oracle clients (F2, C7)

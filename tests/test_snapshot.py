@@ -53,6 +53,22 @@ def resume(strategy: str, root):
     return sim, sim.run()
 
 
+def killed_and_resumed(sc, root, kill_at_version: int = 8, every: int = 4):
+    """``sc`` run with snapshots every ``every`` aggregations until the one at ``kill_at_version``,
+    where the process 'dies'; then a fresh simulator resumed from it runs to the end: its record."""
+    def on_saved(path):
+        if path.name.startswith(f"snap-{kill_at_version:06d}-"):
+            raise Killed
+
+    sim = build_simulator(sc)
+    sim.snapshot = SnapshotPolicy(root, every_aggregations=every, on_saved=on_saved)
+    with pytest.raises(Killed):
+        sim.run()
+    resumed = build_simulator(sc)
+    resumed.restore(root)
+    return resumed.run()
+
+
 def host_accounting(acct) -> dict:
     out = dataclasses.asdict(acct)
     del out["selection_seconds"]  # host wall time per decision: differs between any two runs

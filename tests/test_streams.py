@@ -248,24 +248,11 @@ def test_a_task_reports_when_its_labels_arrived():
 def test_a_stream_run_killed_and_resumed_equals_the_uninterrupted_run(tmp_path):
     """Snapshots hold the tasks' dispatch times and label reports; the stream tables are rebuilt
     from the scenario's seed."""
-    from tests.test_snapshot import Killed, assert_same_run
-
-    from felix_jax.fleet.snapshot import SnapshotPolicy
+    from tests.test_snapshot import assert_same_run, killed_and_resumed
 
     sc = get_preset("tiny").with_overrides({
         "strategy": "felix", "availability": "avail50", "slot_s": "60", "max_aggregations": "12",
         "target_accuracy": "none", "stream.rate_per_hour": "400", "stream.drift": "surge",
         "stream.start_hours": "0.01", "stream.label_delay_hours": "0.005", "stream.proxy_accuracy": "0.6"})
     reference = build_simulator(sc).run()
-
-    def on_saved(path):
-        if path.name.startswith("snap-000008-"):
-            raise Killed
-
-    sim = build_simulator(sc)
-    sim.snapshot = SnapshotPolicy(tmp_path, every_aggregations=4, on_saved=on_saved)
-    with pytest.raises(Killed):
-        sim.run()
-    resumed = build_simulator(sc)
-    resumed.restore(tmp_path)
-    assert_same_run(reference, resumed.run())
+    assert_same_run(reference, killed_and_resumed(sc, tmp_path))
