@@ -338,3 +338,25 @@ def test_train_overhead_adds_to_every_training_task():
     always = trace_of([(0, T)])
     rec = make_sim(always, [10.0], concurrency=1, max_aggregations=2, reading=Reading(train_overhead_s=2.5)).run()
     assert rec.aggregation_times == [0.0, 12.5, 25.0]
+
+
+def test_a_small_clients_eval_reports_zero_utility_under_the_codes_loader():
+    # B6: a client under one batch has no eval batch either: its U stays 0 (the code), while a client
+    # with a full batch reports sqrt(N x (previous U + sumsq)) as usual
+    from felix_jax.fleet.executor import EvalOutcome
+    from felix_jax.cohort import LossStats
+
+    sim = make_sim(trace_of([(0, T)], [(0, T)]), [10.0, 10.0], reading=Reading(small_clients="zero_step",
+                                                                               eval_utility="accumulate",
+                                                                               utility_scale="dataset"))
+    sim.engine.train_cfg = LocalTrainConfig(batch_size=32, mode="steps", local_steps=1, min_one_step=False)
+    sim.view.num_samples[0] = 10  # client 0 holds under one batch; client 1 holds 40
+    for client in (0, 1):
+        sim.view.record_utility(client, 0.0 if client == 0 else 5.0, 0)
+    stats = LossStats(32.0, 40.0, 72.0)
+    for client, expected in ((0, math.sqrt(10 * (0.0 + 0.0))), (1, math.sqrt(40 * (5.0 + 72.0)))):
+        sim._dispatch(client, "eval")
+        tid = max(sim.tasks)
+        sim.executor.result = lambda _tid, s=stats: EvalOutcome(s, 0.0)
+        sim._handle_reply(tid)
+        assert sim.view.utility[client] == pytest.approx(expected)

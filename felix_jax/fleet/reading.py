@@ -60,8 +60,9 @@ class Reading:
     # A1: the first batch's losses are those of the augmented batch the first step trains on
     # (HT:543-576, TR:337-363); False: a forward pass over the un-augmented batch.
     utility_augmented: bool = False
-    # A2 / D3: "zero_step": a client with fewer samples than a batch takes no step (drop_last,
-    # TR:271-278) and reports U = 0; "one_step": one masked step over its samples.
+    # A2 / D3 / B6: "zero_step": a client with fewer samples than a batch takes no step (drop_last,
+    # TR:271-278) and reports U = 0, from its eval replies too (the same loader: no batch to forward);
+    # "one_step": one masked step over its samples.
     small_clients: str = "one_step"
     # A3: "accumulate": an eval reply does not reset the client's loss accumulator (TR:365-418), so it
     # reports sqrt(N x (previously reported U + first-batch sum)); "fresh": a clean measurement.

@@ -519,7 +519,10 @@ class FleetSimulator:
             self.acct.bytes_up_eval += self.profile.eval_upload_bytes
             self.acct.replies_eval += 1
             previous = float(self.view.utility[c]) if self.view.utility_round[c] >= 0 else 0.0
-            u = reading.utility(outcome.stats.count, outcome.stats.sumsq, n, previous)
+            sumsq = outcome.stats.sumsq
+            if not self.engine.train_cfg.min_one_step and n < self.engine.train_cfg.batch_size:
+                sumsq = 0.0  # B6: the code's drop_last loader gives a small client no eval batch either
+            u = reading.utility(outcome.stats.count, sumsq, n, previous)
             self.view.record_utility(c, _finite_utility(u), self.round)
             self._utility_by_eval[c] = True
 
