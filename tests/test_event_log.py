@@ -2,6 +2,7 @@
 
 import csv
 import json
+import math
 import pytest
 
 from felix_jax.experiment import get_preset
@@ -78,3 +79,13 @@ def test_run_figures_are_titled_with_strategy_regime_and_seed_and_participation_
     rows = read_event_log(tmp_path / "events.csv")  # round-trips what the run logged, up to its end
     logged = [r for r in result.record.accounting.events if r[0] <= result.record.end_time_s]
     assert sorted(rows, key=lambda r: r[0]) == sorted(logged, key=lambda r: r[0])
+
+
+def test_first_return_by_hand():
+    from felix_jax.fleet import lifecycle
+
+    tr = trace_of([(0, T), (5, U), (20, 1), (50, T)])  # leaves at 5, AVL_EVAL at 20, back to AVL_TRAIN at 50
+    train, evals = frozenset({T}), frozenset({T, 1})
+    assert lifecycle.first_return(tr, 0, 5.0, 100.0, train) == 50.0
+    assert lifecycle.first_return(tr, 0, 5.0, 100.0, evals) == 20.0
+    assert math.isinf(lifecycle.first_return(tr, 0, 5.0, 40.0, train))  # not back by the task's end

@@ -107,6 +107,18 @@ def first_leave(trace: AvailabilityTrace, client: int, t: float, until: float, a
         t = nt
 
 
+def first_return(trace: AvailabilityTrace, client: int, t: float, until: float, allowed: frozenset[int],
+                 max_changes: int = 100_000) -> float:
+    """The first time in (t, until] the client is back in an ``allowed`` tier (inf if not)."""
+    for _ in range(max_changes):
+        if not t < until:
+            break
+        t, state = trace.next_change_of(t, client)
+        if state in allowed:
+            return t if t <= until else math.inf
+    return math.inf
+
+
 def _first_present(trace: AvailabilityTrace, client: int, t: float, horizon_s: float, max_changes: int) -> float:
     """The first time >= t the client is not UN_AVL (inf if not back within ``horizon_s``)."""
     t0, state = t, trace.state_of(t, client)

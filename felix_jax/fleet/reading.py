@@ -26,6 +26,9 @@ import dataclasses
 import math
 from typing import Any
 
+import numpy as np
+
+from ..cohort.stats import statistical_utility
 from .knowledge import Knowledge
 from .lifecycle import Interruption
 
@@ -170,7 +173,7 @@ class Reading:
         """
         n = num_samples if self.utility_scale == "dataset" else count
         carried = previous if (previous is not None and self.eval_utility == "accumulate") else 0.0
-        return math.sqrt(max(float(n), 0.0) * max(float(sumsq) + float(carried), 0.0))
+        return float(statistical_utility(np.float64(n), np.float64(sumsq) + carried))
 
     def selector_options(self, mode: str) -> dict[str, Any]:
         """The Oort options this reading sets (under a scenario's own ``selector.KEY``)."""

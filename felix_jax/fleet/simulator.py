@@ -32,7 +32,7 @@ from .config import FleetConfig, StopRule
 from .events import EventKind, EventQueue
 from .executor import EvalOutcome, LazyExecutor, TrainOutcome
 from .knowledge import Knowledge, ViewTracker
-from .lifecycle import first_leave, task_timeline
+from .lifecycle import first_leave, first_return, task_timeline
 from .server_optimizer import make_server_optimizer, server_step, weighted_mean_delta
 from .snapshot import SnapshotPolicy, load_snapshot, save_snapshot
 from .tasks import Task
@@ -103,17 +103,6 @@ def _finite_utility(u) -> float:
     so it can neither win nor poison a selector's score sampling."""
     u = float(u)
     return u if math.isfinite(u) else 0.0
-
-
-def _first_return(trace: AvailabilityTrace, client: int, t: float, allowed: frozenset[int], until: float) -> float:
-    """The first time after ``t`` (at most ``until``) the client is back in an ``allowed`` tier (inf if not)."""
-    for _ in range(100_000):
-        if not t < until:
-            break
-        t, state = trace.next_change_of(t, client)
-        if state in allowed:
-            return t if t <= until else math.inf
-    return math.inf
 
 
 class FleetSimulator:
@@ -407,7 +396,7 @@ class FleetSimulator:
             self._log(timeline.start_s, "start", client, kind, self.version)
         if math.isfinite(timeline.first_stop_s):
             self._log(timeline.first_stop_s, "leave", client, kind, self.version)
-            back = _first_return(self.client_trace, client, timeline.first_stop_s, allowed, timeline.finish_s)
+            back = first_return(self.client_trace, client, timeline.first_stop_s, timeline.finish_s, allowed)
             if math.isfinite(back):
                 self._log(back, "return", client, kind, self.version)
         self.tasks[tid] = task
