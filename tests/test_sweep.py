@@ -12,7 +12,7 @@ import pytest
 from felix_jax.cohort.group import GroupError, SharedCohort
 from felix_jax.experiment import get_preset
 from felix_jax.experiment.runner import build_simulator, run
-from felix_jax.experiment.sweep import SweepJob, plan_batches, run_sweep, share_key
+from felix_jax.experiment.sweep import BatchCoordinator, SweepJob, plan_batches, run_sweep, share_key
 
 # wall-clock and shared-call statistics: the only summary fields a batch may change
 TIMING = {"host_seconds", "host_ms_per_event", "cohort", "xla_compilations", "batch", "selection_ms_mean"}
@@ -62,18 +62,33 @@ def test_a_batch_of_six_equals_the_six_solo_runs_byte_for_byte(solo, tmp_path):
     assert results[4].summary["batch"]["test_calls"] >= 1 and results[4].summary["adaptation_lags"] is not None
 
 
-def test_a_batch_stopped_by_a_signal_and_resumed_equals_an_uninterrupted_one(solo, tmp_path):
+def test_a_batch_stopped_by_a_signal_and_resumed_equals_an_uninterrupted_one(solo, tmp_path, monkeypatch):
     keep = (0, 2, 4)  # async FeLiX, sync Oort, FedBuff on a stream
     scs = {i: sc for i, sc in enumerate(_scenarios()) if i in keep}
     jobs = [SweepJob(sc, tmp_path / f"e{i}") for i, sc in scs.items()]
-    timer = threading.Timer(5.0, os.kill, args=(os.getpid(), signal.SIGINT))
-    timer.start()
-    try:
-        first = run_sweep(jobs, batch=3, plot=False, stop_on_signals=True, snapshot_every=5)
-    finally:
-        timer.cancel()
+    # the signal comes at the 12th shared device request, and that request waits until the sweep has
+    # taken the signal: every experiment is still running when it is asked to stop, however fast the machine
+    handled = threading.Event()
+    calls = {"n": 0}
+    original_request, original_stop = BatchCoordinator._request, BatchCoordinator.request_stop
+
+    def request(self, member, kind, payload):
+        calls["n"] += 1
+        if calls["n"] == 12:
+            os.kill(os.getpid(), signal.SIGINT)
+            assert handled.wait(30.0), "the sweep never took the signal"
+        return original_request(self, member, kind, payload)
+
+    def request_stop(self, reason):
+        original_stop(self, reason)
+        handled.set()
+
+    monkeypatch.setattr(BatchCoordinator, "_request", request)
+    monkeypatch.setattr(BatchCoordinator, "request_stop", request_stop)
+    first = run_sweep(jobs, batch=3, plot=False, stop_on_signals=True, snapshot_every=5)
+    monkeypatch.undo()
     stopped = [r for r in first if r is not None and r.summary["stop_reason"] == "interrupted"]
-    assert stopped, "the signal came after every experiment had finished: raise the run length"
+    assert len(stopped) == len(keep), [r.summary["stop_reason"] for r in first if r is not None]
     resumed = [SweepJob(sc, tmp_path / f"e{i}", resume=(tmp_path / f"e{i}" / "snapshot" / "LATEST").is_file()
                         and json.loads((tmp_path / f"e{i}" / "summary.json").read_text())["stop_reason"]
                         == "interrupted")
