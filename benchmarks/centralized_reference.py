@@ -1,4 +1,4 @@
-"""Centralized reference: how far a model gets on a preset's CIFAR-10 subset without federation.
+"""Centralized reference: how far a model gets on a preset's data (CIFAR-10 or Speech Commands) without federation.
 
 Trains one model from the registry (``--model``, e.g. ``cifar_cnn_narrow``) by plain
 minibatch SGD on the pooled training subset the preset's federated runs use, and

@@ -68,6 +68,60 @@ def test_shifted_refuses_a_bad_offset():
     assert tr.shifted(0.0) is tr
 
 
+@pytest.mark.parametrize("beyond_end,per_client", [("hold", False), ("repeat", False), ("repeat", True)])
+@pytest.mark.parametrize("speedup", [0.5, 2.0, 3.0, 4.0])
+def test_a_time_scaled_trace_reads_the_original_faster(beyond_end, per_client, speedup):
+    # integer change times and power-of-two or small speedups at sample times between changes: the
+    # division is exact or the samples lie far from any change, so states compare exactly
+    rng = np.random.default_rng(11 + int(speedup * 2) + per_client)
+    tr = _random_trace(rng, 20, beyond_end, per_client)
+    fast = tr.time_scaled(speedup)
+    ts = np.arange(0, 400, 0.5) + 0.25 / speedup / 4  # never on a change of either trace
+    np.testing.assert_array_equal(fast.state_at(ts[:, None]), tr.state_at(ts[:, None] * speedup))
+    assert fast.duration_s == tr.duration_s / speedup and fast.beyond_end == beyond_end
+    if per_client:
+        np.testing.assert_array_equal(fast.client_duration_s, tr.client_duration_s / speedup)
+    # a change 30 s into the original comes 10 s into the three-times-faster one
+    three = trace_of([(0, T), (30, U), (60, E)]).time_scaled(3.0)
+    assert [three.state_of(t, 0) for t in (0.0, 9.9, 10.0, 19.9, 20.0)] == [T, T, U, U, E]
+    assert three.next_change_of(0.0, 0) == (10.0, U)
+    assert tr.time_scaled(1.0) is tr
+    for bad in (0.0, -2.0, math.nan, math.inf):
+        with pytest.raises(ValueError, match="speedup"):
+            tr.time_scaled(bad)
+
+
+@needs_data(REFERENCE_FILE)
+def test_a_speedup_applies_after_the_start_offset():
+    # run time t reads the trace at start + speedup * t
+    fast = make_trace("ref:mobiperf_3st_50", 300, seed=0, start_s=600.0, speedup=3.0, horizon_s=7200.0)
+    plain = make_trace("ref:mobiperf_3st_50", 300, seed=0)
+    ts = np.array([0.0, 100.25, 1000.25, 7000.25])
+    np.testing.assert_array_equal(fast.state_at(ts[:, None]), plain.state_at(600.0 + 3.0 * ts[:, None]))
+    assert fast.duration_s == (plain.duration_s - 600.0) / 3.0
+
+
+def test_a_speedup_run_equals_the_run_on_a_hand_scaled_trace_file(tmp_path):
+    per_client = [[(0, "AVL_TRAIN"), (30 + 6 * c, "UN_AVL"), (90 + 12 * c, "AVL_EVAL"), (150 + 12 * c, "AVL_TRAIN")]
+                  for c in range(12)]
+    _write_csv(tmp_path / "orig.csv", [(c, t, s) for c, rows in enumerate(per_client) for t, s in rows],
+               600, "repeat")
+    _write_csv(tmp_path / "fast.csv", [(c, t / 2, s) for c, rows in enumerate(per_client) for t, s in rows],
+               300, "repeat")
+    base = {"max_aggregations": 25, "target_accuracy": None, "strategy": "felix", "eval_selector.min_age": 2}
+    sc = Scenario(name="tiny", model="mlp", num_clients=12, concurrency=4, aggregation_goal=2, learning_rate=0.1)
+    run_experiment(sc.with_overrides({**base, "availability": str(tmp_path / "orig.csv"), "trace_speedup": 2}),
+                   tmp_path / "a", plot=False)
+    run_experiment(sc.with_overrides({**base, "availability": str(tmp_path / "fast.csv")}), tmp_path / "b",
+                   plot=False)
+    assert (tmp_path / "a" / "metrics.csv").read_bytes() == (tmp_path / "b" / "metrics.csv").read_bytes()
+    assert json.loads((tmp_path / "a" / "config.json").read_text())["scenario"]["trace_speedup"] == 2
+    assert json.loads((tmp_path / "a" / "summary.json").read_text())["interrupted_tasks"] > 0
+    for bad in (0, -1, "inf"):
+        with pytest.raises(OptionError, match="trace_speedup"):
+            sc.with_overrides({"trace_speedup": bad})
+
+
 def _write_csv(path, rows, duration, beyond_end):
     lines = [f"# duration_s={duration}", f"# beyond_end={beyond_end}", "client,time_s,state"]
     lines += [f"{c},{t},{s}" for c, t, s in rows]

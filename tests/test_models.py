@@ -84,3 +84,29 @@ def test_narrow_cifar_cnns_have_the_hand_counted_sizes():
     # conv (8, 16, 32): 224 + 1,168 + 4,640; dense 128->32->32->10: 4,128 + 1,056 + 330
     assert make_model("cifar_cnn_tiny", (32, 32, 3), 10).num_params == 11_546
     assert cifar_cnn().name == "cifar_cnn[shift]"  # the paper's network keeps its name and tree
+
+
+def test_the_narrow_speech_cnn_has_the_hand_counted_size_and_both_conv_forms_agree():
+    from felix_jax.experiment.registry import make_model
+    from felix_jax.models import speech_cnn
+
+    # 98x40 -> input pool 49x20 -> SAME convs + pools 24x10, 12x5, 6x2: a 6*2*32 = 384 feature
+    # convs 9*1*8+8 + 9*8*16+16 + 9*16*32+32 = 80 + 1,168 + 4,640; dense 384*32+32 + 32*12+12 = 12,320 + 396
+    m = make_model("speech_cnn", (98, 40, 1), 12)
+    assert m.num_params == 80 + 1_168 + 4_640 + 12_320 + 396 == 18_604
+    assert m.name == "speech_cnn[shift]"
+    x = jax.random.normal(jax.random.key(1), (3, 98, 40, 1))
+    p = m.init(jax.random.key(0))
+    flax_form = speech_cnn((98, 40, 1), 12, conv_impl="flax")
+    np.testing.assert_allclose(np.asarray(m.apply(p, x)), np.asarray(flax_form.apply(p, x)), rtol=1e-4, atol=1e-5)
+    # (time, mels) inputs without the channel axis give the same logits
+    np.testing.assert_allclose(np.asarray(speech_cnn((98, 40), 12).apply(p, x[..., 0])), np.asarray(m.apply(p, x)),
+                               rtol=1e-6)
+
+
+def test_the_narrow_speech_cnn_refuses_inputs_its_pools_would_empty():
+    from felix_jax.experiment.registry import make_model
+    from felix_jax.options import OptionError
+
+    with pytest.raises(OptionError, match="at least 16x16"):
+        make_model("speech_cnn", (98, 8, 1), 12)

@@ -147,3 +147,17 @@ def test_every_pooled_column_is_documented():
 
     documented = set(_backticked((ROOT / "docs" / "results.md").read_text()))
     assert not sorted(set(POOLED_COLUMNS) - documented)
+
+
+def test_the_paper_column_follows_the_modality():
+    pm = _paper_matrix()
+    # CIFAR-10 (Fig. 9): 15.0 / 9.3 h on MobiPerf; OORT+Async stuck at 50%
+    assert pm.paper_ratio("oort-oracle", "MobiPerf") == "x1.61"
+    assert pm.paper_ratio("oort-async", "50%") == "stuck"
+    assert pm.paper_ratio("felix", "MobiPerf") == "x1.00"
+    # Speech (Fig. 10): 15.9-16.3 h against 11.1 h for each oracle baseline; OORT+Async not reported
+    for st in ("oort-oracle", "oort-async-oracle", "refl", "refl@oracle_departure=free_slot"):
+        assert pm.paper_ratio(st, "MobiPerf", "speech_commands") == "x1.43-1.47"
+    assert pm.paper_ratio("oort-async", "MobiPerf", "speech_commands") == "-"
+    assert pm.paper_ratio("felix", "MobiPerf", "speech_commands") == "x1.00"
+    assert pm.paper_ratio("oort-oracle", "50%", "speech_commands") == "-"  # the paper ran speech on MobiPerf only

@@ -20,6 +20,9 @@ CIFAR_AND_TRACES = needs_data(CIFAR10_FILE, REFERENCE_FILE)
     pytest.param("cifar10-small", "felix", "mobiperf", marks=CIFAR_AND_TRACES),
     pytest.param("cifar10-small", "refl", "avail50", marks=needs_data(CIFAR10_FILE)),
     pytest.param("speech-small", "oort-async-oracle", "avail90", marks=needs_data(SPEECH_FILE)),
+    pytest.param("speech-longhorizon", "felix", "ref:mobiperf_3st_50", marks=needs_data(SPEECH_FILE, REFERENCE_FILE)),
+    pytest.param("speech-longhorizon", "oort-oracle", "ref:mobiperf_3st_50",
+                 marks=needs_data(SPEECH_FILE, REFERENCE_FILE)),
 ])
 def test_real_data_preset_runs(preset, strategy, regime):
     sc = get_preset(preset).with_overrides({"strategy": strategy, "availability": regime, "max_aggregations": "3",

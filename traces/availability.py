@@ -626,6 +626,21 @@ class AvailabilityTrace:
             client_duration_s=None,
         )
 
+    def time_scaled(self, speedup: float) -> "AvailabilityTrace":
+        """The trace played ``speedup`` times faster: the result's state at ``t`` is this trace's state
+        at ``speedup * t`` (up to the rounding of ``time / speedup``), for every client. Row times, the
+        trace's end and the per-client ends / periods are all divided by ``speedup``; the end-of-trace
+        policy is kept. ``speedup`` 1 returns the trace itself.
+        """
+        f = float(speedup)
+        if not (math.isfinite(f) and f > 0):
+            raise ValueError(f"speedup must be a finite number > 0, got {speedup!r}")
+        if f == 1.0:
+            return self
+        return dataclasses.replace(
+            self, times=self.times / f, duration_s=self.duration_s / f,
+            client_duration_s=None if self.client_duration_s is None else self.client_duration_s / f)
+
     def shifted(self, start_s: float) -> "AvailabilityTrace":
         """The trace as seen from ``start_s`` on: the result's state at ``t`` is this trace's state at
         ``t + start_s``, for every client and every ``t >= 0``, under the same end-of-trace policy.

@@ -21,7 +21,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..models import cifar_cnn, mlp, speech_resnet
+from ..models import cifar_cnn, mlp, speech_cnn, speech_resnet
 from ..models.base import Model
 from ..options import OptionError
 from ..traces import (AvailabilityTrace, DeviceProfile, always_available, flash_profile, load_device_profile,
@@ -70,19 +70,24 @@ def is_file_name(name: str) -> bool:
 
 
 def make_trace(name: str, num_clients: int, seed: int, slot_s: float = 600.0,
-               horizon_s: float = 86400.0, start_s: float = 0.0) -> AvailabilityTrace:
+               horizon_s: float = 86400.0, start_s: float = 0.0, speedup: float = 1.0) -> AvailabilityTrace:
     """The regime's trace; ``slot_s`` sets the slot length of the synthetic regimes (paper: 600 s)
     and ``horizon_s`` how long a run may last (synthetic slots are drawn independently up to it).
     ``start_s`` maps the run's time 0 to that time of the trace (:meth:`AvailabilityTrace.shifted`:
     the trace's repeat / hold semantics are kept), for every source; synthetic slots are then drawn
-    up to ``start_s + horizon_s``.
+    up to ``start_s + horizon_s``. ``speedup`` plays the trace that many times faster from there
+    (:meth:`AvailabilityTrace.time_scaled`): run time ``t`` reads the trace at
+    ``start_s + speedup * t``; ``horizon_s`` stays in run seconds.
 
     A file name loads a user's trace by extension: ``.csv`` / ``.npz`` (the interval
     formats of :mod:`felix_jax.traces.loaders`), ``.json`` / ``.pkl`` (FedScale's client
     behaviour format, read without unpickling code). A trace with fewer clients than
     the scenario is reused cyclically, like the reference traces.
     """
-    return _load_trace(name, num_clients, seed, slot_s, horizon_s + start_s).shifted(start_s)
+    if not (math.isfinite(speedup) and speedup > 0):
+        raise ValueError(f"speedup must be a finite number > 0, got {speedup!r}")
+    return _load_trace(name, num_clients, seed, slot_s, horizon_s * speedup + start_s).shifted(start_s) \
+        .time_scaled(speedup)
 
 
 def _load_trace(name: str, num_clients: int, seed: int, slot_s: float, horizon_s: float) -> AvailabilityTrace:
@@ -136,6 +141,8 @@ MODELS: dict[str, Callable[[tuple, int], Model]] = {
     "speech_resnet": lambda shape, classes: speech_resnet(shape, classes),
     "speech_resnet_small": lambda shape, classes: speech_resnet(shape, classes, widths=(16, 32, 64, 128),
                                                                 blocks=(1, 1, 1, 1)),
+    # 18,604 params (12-class, 98x40 log-mel): the learner of speech-longhorizon
+    "speech_cnn": lambda shape, classes: speech_cnn(shape, classes),
     "mlp": lambda shape, classes: mlp(shape, classes, hidden=(64,)),
 }
 
@@ -143,7 +150,7 @@ MODELS: dict[str, Callable[[tuple, int], Model]] = {
 # the input ranks (per sample) the built-in convolutional models take; the others flatten any input
 MODEL_INPUT_RANKS: dict[str, tuple[tuple[int, ...], str]] = {
     **{m: ((3,), "image inputs (H, W, C)") for m in ("cifar_cnn", "cifar_cnn_narrow", "cifar_cnn_tiny")},
-    **{m: ((2, 3), "2-D inputs (time, mels) or (H, W, C)") for m in ("speech_resnet", "speech_resnet_small")},
+    **{m: ((2, 3), "2-D inputs (time, mels) or (H, W, C)") for m in ("speech_resnet", "speech_resnet_small", "speech_cnn")},
 }
 FLAT_INPUT_MODELS = ("mlp",)  # built-in models that take inputs of any shape (flattened), e.g. (features,)
 
@@ -159,6 +166,10 @@ def check_model_input(name: str, input_shape: tuple) -> None:
         # three VALID 3x3 convs, each followed by a 2x2 pool, leave nothing of a smaller image
         raise OptionError(f"model={name} needs images of at least 22x22, but the data set's inputs have shape "
                           f"{shape}; for smaller inputs use model={' or '.join(FLAT_INPUT_MODELS)}")
+    if name == "speech_cnn" and min(shape[:2]) < 16:
+        # the input pool and three 2x2 pools leave nothing of a smaller (time, mels) map
+        raise OptionError(f"model={name} needs inputs of at least 16x16 (time, mels), but the data set's inputs "
+                          f"have shape {shape}")
 
 
 def make_model(name: str, input_shape: tuple, num_classes: int) -> Model:

@@ -56,6 +56,9 @@ class Scenario:
     # the trace time the run starts at: run time t reads the availability trace at trace_start_s + t
     # (every source; repeat / hold kept). The recorded traces hold everyone available over [0, 600 s)
     trace_start_s: float = 0.0
+    # the trace plays this many times faster from trace_start_s on: run time t reads it at
+    # trace_start_s + trace_speedup * t (e.g. 3: a 6-day trace over 48 h, as the FeLiX code's speech runs)
+    trace_speedup: float = 1.0
     device_profile: str = "paper_halfnormal"
     strategy: str = "fedbuff"
     plugins: str = ""  # comma-separated .py files or modules that register policies (felix_jax.plugins)
@@ -269,6 +272,8 @@ FIELD_HELP: dict[str, str] = {
     "availability": "availability regime: avail100, avail90, avail50, mobiperf, ref:NAME, or a trace file",
     "slot_s": "slot length in seconds of the synthetic regimes avail90 / avail50 (paper: 600)",
     "trace_start_s": "run time 0 reads the availability trace at this time (every source; repeat/hold kept)",
+    "trace_speedup": "the availability trace plays this many times faster: run time t reads it at "
+                     "trace_start_s + trace_speedup * t",
     "device_profile": "per-client delays and speeds: paper_halfnormal, reference, flash, or a profile file",
     "strategy": "strategy name (run --list: strategies): mode, knowledge, selector(s), aggregator",
     "plugins": "comma-separated .py files or modules that register policies, strategies or models",
@@ -389,6 +394,7 @@ _CHECKS: tuple[tuple[str, typing.Callable[[typing.Any], bool], str], ...] = (
     ("eval_max_batches", lambda v: v >= 1, ">= 1 (or none for all)"),
     ("slot_s", lambda v: _positive(v) and math.isfinite(v), "a finite number of seconds > 0"),
     ("trace_start_s", lambda v: v >= 0 and math.isfinite(v), "a finite number of seconds >= 0"),
+    ("trace_speedup", lambda v: _positive(v) and math.isfinite(v), "a finite number > 0"),
     ("concurrency", lambda v: v >= 1, ">= 1"),
     ("aggregation_goal", lambda v: v >= 1, ">= 1"),
     ("overcommit", lambda v: v >= 1 and math.isfinite(v), "a finite number >= 1"),
