@@ -23,8 +23,15 @@
 #                       CIFAR-10, the 70% target) in both readings (docs/readings.md): PAPER_STRATEGIES on
 #                       PAPER_REGIMES, seeds PAPER_SEEDS, PAPER_CELL_S seconds and PAPER_HOURS virtual hours
 #                       per cell. SKIP_PAPER=1 skips it.
+#   5. speech/        - the speech comparison (speech-longhorizon's fleet: 100 clients, Dirichlet 0.1, MobiPerf
+#                       at the speech runs' 3x time scale) at the paper's speech ResNet (SPEECH_MODEL,
+#                       speech_resnet, 7.24M parameters): its target by the preset's rule on a centralized
+#                       reference (one epoch, seeds 0-2, written to speech-target.json before any federated
+#                       run), the main strategies and felix-no-eval / felix-no-tierfuse on MobiPerf, seeds
+#                       SPEECH_SEEDS (0), SPEECH_CELL_S seconds and SPEECH_HOURS virtual hours (8) per cell.
+#                       Runs before step 4 when SPEECH_FIRST=1; SKIP_SPEECH=1 skips it.
 #
-# Needs FELIX_JAX_DATA (CIFAR-10 and the reference traces). Settings (environment): OUT, PYTHON,
+# Needs FELIX_JAX_DATA (CIFAR-10, Speech Commands and the reference traces). Settings (environment): OUT, PYTHON,
 # EVAL_S (45), WORKERS (8), CELL_S (75), MATRIX_S (270), SEEDS (0,1), MAX_HOURS (1.0), REGIMES,
 # ABLATIONS, STRATEGIES, EVAL_PRESET (cifar10-paper), EVAL_AVAIL (mobiperf), WARMUP_S (0: none; a first
 # run of that long fills the compilation cache, which a cold process spends ~45 s on), SKIP_EVAL=1,
@@ -125,7 +132,36 @@ echo "target $TARGET"
   --json "$OUT/longhorizon.json" 2>&1 | grep -v "^\[" | tail -80
 fi
 
-[ "${SKIP_PAPER:-0}" = 1 ] && exit 0
+speech_step() {
+SPEECH_MODEL=${SPEECH_MODEL:-speech_resnet}
+SPEECH_SEEDS=${SPEECH_SEEDS:-0}
+SPEECH_CELL_S=${SPEECH_CELL_S:-240}
+SPEECH_HOURS=${SPEECH_HOURS:-8}
+echo "== 5. speech at $SPEECH_MODEL: target from a centralized reference (one epoch, seeds 0-2)"
+for s in 0 1 2; do
+  "$PYTHON" benchmarks/centralized_reference.py --preset speech-longhorizon --model "$SPEECH_MODEL" --steps 123 \
+    --eval-every 123 --seed $s --json "$OUT/speech-cref-$s.json" >"$OUT/speech-cref-$s.log" 2>&1
+done
+SPEECH_TARGET=$("$PYTHON" - "$OUT" <<'EOF'
+import json, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+acc = [json.loads((out / f"speech-cref-{s}.json").read_text())["rows"][-1]["accuracy"] for s in range(3)]
+target = round(sum(acc) / 3, 2)
+(out / "speech-target.json").write_text(json.dumps({"one_epoch_accuracy": acc, "target": target}))
+print(target)
+EOF
+)
+echo "target $SPEECH_TARGET"
+"$PYTHON" benchmarks/paper_matrix.py --scenario speech-longhorizon --seeds "$SPEECH_SEEDS" \
+  --regimes ref:mobiperf_3st_50 --strategies "$STRATEGIES" --ablations felix-no-eval,felix-no-tierfuse \
+  --ablation-regimes ref:mobiperf_3st_50 --workers "$WORKERS" --cell-budget-s "$SPEECH_CELL_S" \
+  --budget-s "$MATRIX_S" --set model="$SPEECH_MODEL" --set target_accuracy="$SPEECH_TARGET" \
+  --set max_virtual_hours="$SPEECH_HOURS" --out "$OUT/speech" --json "$OUT/speech.json" 2>&1 | grep -v "^\[" | tail -30
+}
+[ "${SKIP_SPEECH:-0}" != 1 ] && [ "${SPEECH_FIRST:-0}" = 1 ] && speech_step
+
+if [ "${SKIP_PAPER:-0}" != 1 ]; then
 PAPER_PRESET=${PAPER_PRESET:-cifar10-paper}
 PAPER_REGIMES=${PAPER_REGIMES:-ref:syn_0,ref:mobiperf_3st_50}
 PAPER_STRATEGIES=${PAPER_STRATEGIES:-felix,oort-async-oracle,oort-oracle}
@@ -139,3 +175,6 @@ for sem in paper paper_code; do
     --budget-s "$MATRIX_S" --set semantics=$sem --set max_virtual_hours="$PAPER_HOURS" --out "$OUT/paper-$sem" \
     --json "$OUT/paper-$sem.json" 2>&1 | grep -v "^\[" | tail -30
 done
+fi
+[ "${SKIP_SPEECH:-0}" != 1 ] && [ "${SPEECH_FIRST:-0}" != 1 ] && speech_step
+exit 0
