@@ -126,3 +126,19 @@ def test_batches_after_the_first_give_the_whole_comparisons_eta(tmp_path):
     batch_lines = [x for x in lines if x.startswith("batch ")]
     assert len(batch_lines) == 2 and "ETA" not in batch_lines[0]  # nothing finished yet: no basis
     assert "comparison ETA" in batch_lines[1] and "1 cell left" in batch_lines[1]
+
+
+def test_a_cell_recorded_before_a_field_existed_still_counts_as_finished():
+    from felix_jax.experiment import get_preset
+    from felix_jax.experiment.compare import same_scenario
+
+    sc = get_preset("tiny").with_overrides({"strategy": "felix", "trace_start_s": 30})
+    record = json.loads(json.dumps(sc.to_json(), default=str))
+    assert same_scenario(record, sc)
+    older = {k: v for k, v in record.items() if k != "trace_speedup"}  # written before trace_speedup existed
+    assert same_scenario(older, sc)
+    # ... but only where the scenario asks for the field's default (the behaviour that run had)
+    assert not same_scenario(older, sc.with_overrides({"trace_speedup": 3}))
+    assert not same_scenario({**record, "seed": 1}, sc)
+    assert not same_scenario({**record, "no_such_field": 1}, sc)
+    assert not same_scenario(None, sc) and not same_scenario([], sc)
