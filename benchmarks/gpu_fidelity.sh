@@ -101,26 +101,32 @@ echo "== 2. cifar10-fidelity matrix: seeds $SEEDS, $WORKERS at a time, ${CELL_S}
   --json "$OUT/fidelity.json" 2>&1 | grep -v "^\[" | tail -60
 fi
 
+# A preset's target by its rule, before any federated run: the mean over seeds 0-2 of a centralized
+# reference's test accuracy after one epoch (STEPS batches) at MODEL; writes NAME-cref-S.json and
+# NAME-target.json under $OUT and prints the target. Arguments: PRESET MODEL STEPS NAME.
+reference_target() {
+  for s in 0 1 2; do
+    "$PYTHON" benchmarks/centralized_reference.py --preset "$1" --model "$2" --steps "$3" --eval-every "$3" \
+      --seed $s --json "$OUT/$4-cref-$s.json" >"$OUT/$4-cref-$s.log" 2>&1
+  done
+  "$PYTHON" - "$OUT" "$4" <<'EOF'
+import json, sys
+from pathlib import Path
+out, name = Path(sys.argv[1]), sys.argv[2]
+acc = [json.loads((out / f"{name}-cref-{s}.json").read_text())["rows"][-1]["accuracy"] for s in range(3)]
+target = round(sum(acc) / 3, 2)
+(out / f"{name}-target.json").write_text(json.dumps({"one_epoch_accuracy": acc, "target": target}))
+print(target)
+EOF
+}
+
 if [ "${SKIP_LH:-0}" != 1 ]; then
 LH_MODEL=${LH_MODEL:-cifar_cnn}
 LH_HOURS=${LH_HOURS:-6}
 LH_CELL_S=${LH_CELL_S:-240}
 LH_SEEDS=${LH_SEEDS:-0}
 echo "== 3. long horizon at $LH_MODEL: target from a centralized reference (one epoch, seeds 0-2)"
-for s in 0 1 2; do
-  "$PYTHON" benchmarks/centralized_reference.py --preset cifar10-longhorizon --model "$LH_MODEL" --steps 375 \
-    --eval-every 375 --seed $s --json "$OUT/longhorizon-cref-$s.json" >"$OUT/longhorizon-cref-$s.log" 2>&1
-done
-TARGET=$("$PYTHON" - "$OUT" <<'EOF'
-import json, sys
-from pathlib import Path
-out = Path(sys.argv[1])
-acc = [json.loads((out / f"longhorizon-cref-{s}.json").read_text())["rows"][-1]["accuracy"] for s in range(3)]
-target = round(sum(acc) / 3, 2)
-(out / "longhorizon-target.json").write_text(json.dumps({"one_epoch_accuracy": acc, "target": target}))
-print(target)
-EOF
-)
+TARGET=$(reference_target cifar10-longhorizon "$LH_MODEL" 375 longhorizon)
 echo "target $TARGET"
 "$PYTHON" benchmarks/paper_matrix.py --scenario cifar10-longhorizon --seeds "$LH_SEEDS" --regimes "$REGIMES" \
   --strategies "$STRATEGIES" --ablations felix-no-eval,felix-no-tierfuse,felix-oracle,oort-async-step-matched \
@@ -138,20 +144,7 @@ SPEECH_SEEDS=${SPEECH_SEEDS:-0}
 SPEECH_CELL_S=${SPEECH_CELL_S:-240}
 SPEECH_HOURS=${SPEECH_HOURS:-8}
 echo "== 5. speech at $SPEECH_MODEL: target from a centralized reference (one epoch, seeds 0-2)"
-for s in 0 1 2; do
-  "$PYTHON" benchmarks/centralized_reference.py --preset speech-longhorizon --model "$SPEECH_MODEL" --steps 123 \
-    --eval-every 123 --seed $s --json "$OUT/speech-cref-$s.json" >"$OUT/speech-cref-$s.log" 2>&1
-done
-SPEECH_TARGET=$("$PYTHON" - "$OUT" <<'EOF'
-import json, sys
-from pathlib import Path
-out = Path(sys.argv[1])
-acc = [json.loads((out / f"speech-cref-{s}.json").read_text())["rows"][-1]["accuracy"] for s in range(3)]
-target = round(sum(acc) / 3, 2)
-(out / "speech-target.json").write_text(json.dumps({"one_epoch_accuracy": acc, "target": target}))
-print(target)
-EOF
-)
+SPEECH_TARGET=$(reference_target speech-longhorizon "$SPEECH_MODEL" 123 speech)
 echo "target $SPEECH_TARGET"
 "$PYTHON" benchmarks/paper_matrix.py --scenario speech-longhorizon --seeds "$SPEECH_SEEDS" \
   --regimes ref:mobiperf_3st_50 --strategies "$STRATEGIES" --ablations felix-no-eval,felix-no-tierfuse \
