@@ -271,7 +271,7 @@ def build_streams(partition: Partition, labels: np.ndarray, num_classes: int, cf
     by_class = np.argsort(labels, kind="stable")
     sizes = np.bincount(labels, minlength=num_classes)[:num_classes]
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    rows_idx, rows_arr = [], []
+    rows_arr = []
     phase = rng.uniform(0.0, 1.0, n)
     for c in range(n):  # host-side precomputation at build time, once per run
         arr = np.zeros(0)
