@@ -128,9 +128,9 @@ def test_batches_after_the_first_give_the_whole_comparisons_eta(tmp_path):
     assert "comparison ETA" in batch_lines[1] and "1 cell left" in batch_lines[1]
 
 
-def test_a_cell_recorded_before_a_field_existed_still_counts_as_finished():
+def test_a_cell_recorded_before_a_field_existed_still_counts_as_finished(tmp_path):
     from felix_jax.experiment import get_preset
-    from felix_jax.experiment.compare import same_scenario
+    from felix_jax.experiment.compare import _changed_cell, same_scenario
 
     sc = get_preset("tiny").with_overrides({"strategy": "felix", "trace_start_s": 30})
     record = json.loads(json.dumps(sc.to_json(), default=str))
@@ -142,3 +142,8 @@ def test_a_cell_recorded_before_a_field_existed_still_counts_as_finished():
     assert not same_scenario({**record, "seed": 1}, sc)
     assert not same_scenario({**record, "no_such_field": 1}, sc)
     assert not same_scenario(None, sc) and not same_scenario([], sc)
+    # the matrix's changed-cell check reads the record the same way
+    (tmp_path / "config.json").write_text(json.dumps({"scenario": older}))
+    (tmp_path / "summary.json").write_text(json.dumps({"stop_reason": "target"}))
+    assert _changed_cell(sc, tmp_path) is None
+    assert "trace_speedup 1.0 -> 3.0" in _changed_cell(sc.with_overrides({"trace_speedup": 3}), tmp_path)

@@ -60,7 +60,7 @@ def _changed_cell(sc: Scenario, run_dir: Path) -> str | None:
         json.loads((run_dir / "summary.json").read_text())
     except (OSError, ValueError):
         return None
-    recorded, wanted = config.get("scenario", {}), json.loads(json.dumps(sc.to_json(), default=str))
+    recorded, wanted = recorded_scenario(config.get("scenario", {})), _as_recorded(sc.to_json())
     keys = sorted(k for k in set(recorded) | set(wanted) if recorded.get(k) != wanted.get(k))
     return None if not keys else ", ".join(f"{k} {recorded.get(k)!r} -> {wanted.get(k)!r}" for k in keys[:6])
 
@@ -153,18 +153,23 @@ def _finished_row(sc: Scenario, run_dir: Path) -> dict | None:
     return summary if same_scenario(config.get("scenario"), sc) else None
 
 
+def _as_recorded(fields: dict) -> dict:
+    """Scenario fields as config.json writes them (JSON types)."""
+    return json.loads(json.dumps(fields, default=str))
+
+
+def recorded_scenario(stored: dict) -> dict:
+    """A results folder's recorded scenario (its config.json's ``scenario``) with every field it lacks
+    at its default: such a field was added to felix-jax after that run, and its default is the
+    behaviour the run had. Fields this felix-jax does not know are kept as recorded."""
+    defaults = _as_recorded(Scenario().to_json())
+    return {**{k: v for k, v in defaults.items() if k not in stored}, **stored}
+
+
 def same_scenario(stored, sc: Scenario) -> bool:
-    """Whether a results folder's recorded scenario (its config.json's ``scenario``) is ``sc``. A field
-    the record lacks was added to felix-jax after that run: it counts as its default (the behaviour
-    the run had), so a matrix keeps the cells it finished before the field existed."""
-    if not isinstance(stored, dict):
-        return False
-    normal = lambda d: json.loads(json.dumps(d, default=str))  # noqa: E731 - as config.json writes it
-    expected = normal(sc.to_json())
-    defaults = normal(Scenario().to_json())
-    if set(stored) - set(expected):  # a field this felix-jax does not know: not the same scenario
-        return False
-    return {k: stored.get(k, defaults[k]) for k in expected} == expected
+    """Whether a recorded scenario is ``sc`` (:func:`recorded_scenario`: a field the record lacks counts
+    as its default, so a matrix keeps the cells it finished before the field existed)."""
+    return isinstance(stored, dict) and recorded_scenario(stored) == _as_recorded(sc.to_json())
 
 
 def _interrupted_with_snapshot(run_dir: Path) -> bool:
