@@ -1,7 +1,7 @@
 """A narrow keyword-spotting CNN on log-mel inputs: the learner of ``speech-longhorizon``.
 
 The paper's speech model is a ResNet of about 7.2M parameters (:mod:`.speech_resnet`);
-on 2 CPU cores one local step of it takes about a second, so a comparison of thousands of
+on 2 CPU cores one local step of it costs about 600 times this network's, so a comparison of thousands of
 aggregations per strategy is out of reach there. This network keeps the input (the
 (time, mel) log-mel "image") and the task, and shrinks only the learner:
 
