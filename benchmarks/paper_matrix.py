@@ -33,7 +33,8 @@ import numpy as np
 
 from felix_jax.compile_cache import enable_compilation_cache
 from felix_jax.experiment import get_preset
-from felix_jax.experiment.compare import SUMMARY_COLUMNS, plot_comparison, run_matrix
+from felix_jax.experiment.compare import (SUMMARY_COLUMNS, cell_dir, cell_overrides, finished_summary,
+                                          plot_comparison, run_matrix)
 from felix_jax.experiment.paper_figures import plot_paper_figures
 from felix_jax.experiment.sweep import default_batch
 
@@ -143,17 +144,6 @@ def fidelity_table(rows: list[dict], strategies: list[str], regimes: list[str], 
     return "\n".join(lines)
 
 
-# scenario fields a cell variant (STRATEGY@KEY=VALUE) may change; a finished cell's label names them
-VARIANT_FIELDS = ("oracle_departure",)
-
-
-def cell_label(config: dict, base: dict) -> str:
-    """A finished cell's strategy label: its strategy, plus ``@KEY=VALUE`` for each variant field
-    whose value differs from the matrix's base scenario."""
-    extra = [f"{k}={config[k]}" for k in VARIANT_FIELDS if k in config and config[k] != base.get(k)]
-    return config["strategy"] + ("@" + ";".join(extra) if extra else "")
-
-
 def _mean_of(summaries: list[dict], key: str, scale: float = 1.0) -> str:
     vals = [x.get(key) for x in summaries if x.get(key) is not None]
     return "-" if not vals else f"{np.mean(vals) * scale:.3g}"
@@ -184,18 +174,20 @@ def diagnostics_table(rows: list[dict], strategies: list[str], regimes: list[str
     return "\n".join(lines)
 
 
-def finished_rows(out: Path, base: dict | None = None) -> list[dict]:
-    """Rows of every finished cell under ``out/runs`` (its config.json and summary.json)."""
+def finished_rows(out: Path, base, cells: list[tuple[str, str, int]]) -> list[dict]:
+    """Rows of the asked-for ``cells`` (strategy spec, regime, seed) that finished under ``out/runs`` with
+    exactly that cell's scenario, labelled by their spec as a run labels them. A folder of another
+    scenario (another reading, a flipped switch, another horizon) is not read as this cell."""
     rows = []
-    base = base if base is not None else {}
-    for run_dir in sorted((out / "runs").glob("*/summary.json")):
-        config = json.loads((run_dir.parent / "config.json").read_text())["scenario"]
-        summary = json.loads(run_dir.read_text())
-        if summary.get("stop_reason") == "interrupted":  # stopped mid-run: resumed by the next matrix run
+    for spec, regime, seed in cells:
+        sc = base.with_overrides({**cell_overrides(spec), "availability": regime, "seed": seed})
+        run_dir = cell_dir(out, spec, regime, seed)
+        summary = finished_summary(sc, run_dir)
+        if summary is None:
             continue
         rows.append({**{k: summary.get(k) for k in SUMMARY_COLUMNS if k in summary},
-                     "strategy": cell_label(config, base), "availability": config["availability"], "seed": config["seed"],
-                     "run_dir": str(run_dir.parent), "_summary": summary})
+                     "strategy": spec, "availability": regime, "seed": seed, "run_dir": str(run_dir),
+                     "_summary": summary})
     return rows
 
 
@@ -240,7 +232,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--out", default="results/paper-matrix")
     ap.add_argument("--json", help="write the rows and the table here")
     ap.add_argument("--table-only", action="store_true",
-                    help="run nothing: tabulate every finished cell under --out/runs of the --seeds given")
+                    help="run nothing: tabulate the cells these arguments ask for that finished under "
+                         "--out/runs with exactly their scenario")
     args = ap.parse_args(argv)
     enable_compilation_cache()
     base = get_preset(args.scenario).with_overrides(dict(kv.split("=", 1) for kv in args.set))
@@ -256,7 +249,7 @@ def main(argv=None) -> dict:
     every = list(dict.fromkeys(strategies + ablations + [st for st, _ in args.extra_cell]))
     all_regimes = list(dict.fromkeys(regimes + ablation_regimes + [rg for _, rg in args.extra_cell]))
     if args.table_only:
-        rows = [r for r in finished_rows(out, base.to_json()) if r["seed"] in seeds]  # the seeds asked for
+        rows = finished_rows(out, base, cells)
         table = fidelity_table(rows, every, all_regimes, base.dataset)
         diagnostics = diagnostics_table(rows, every, all_regimes)
         print(table + "\n\n" + diagnostics)

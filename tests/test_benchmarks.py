@@ -60,16 +60,21 @@ def test_centralized_reference_trains_and_reports_a_curve(tmp_path):
 
 def test_paper_matrix_runs_variant_cells_and_tabulates_them_again(tmp_path):
     args = ["--scenario", "tiny", "--strategies", "felix", "--regimes", "avail100", "--ablations", "",
-            "--extra-cell", "oort-async-oracle@oracle_departure=free_slot", "avail50", "--seeds", "0",
+            "--extra-cell", "oort-async-oracle@oracle_departure=free_slot", "avail50",
+            "--extra-cell", "felix@timeout_s=30", "avail100", "--seeds", "0",
             "--set", "max_aggregations=4", "--set", "target_accuracy=none", "--out", str(tmp_path)]
     pm = load("paper_matrix")
     result = pm.main(args)
     labels = sorted(r["strategy"] for r in result["rows"])
-    assert labels == ["felix", "oort-async-oracle@oracle_departure=free_slot"]
+    assert labels == ["felix", "felix@timeout_s=30", "oort-async-oracle@oracle_departure=free_slot"]
     variant = tmp_path / "runs" / "oort-async-oracle+oracle_departure-free_slot-avail50-seed0"
     assert json.loads((variant / "config.json").read_text())["fleet"]["oracle_departure"] == "free_slot"
     again = pm.main(args + ["--table-only"])
     assert sorted(r["strategy"] for r in again["rows"]) == labels
+    # a table of the plain cells reads neither variant's folder as a plain cell, nor another horizon's
+    plain = pm.main(args[:8] + args[14:] + ["--table-only"])
+    assert [(r["strategy"], Path(r["run_dir"]).name) for r in plain["rows"]] == [("felix", "felix-avail100-seed0")]
+    assert pm.main(args[:8] + args[14:] + ["--set", "max_aggregations=5", "--table-only"])["rows"] == []
     assert "oort-async-oracle@oracle_departure=free_slot" in again["diagnostics"]
     # the figures: the main matrix's curves and the paper's diagnostics, redrawn by --table-only
     names = sorted(p.name for p in (tmp_path / "figures").glob("*.png"))

@@ -141,7 +141,7 @@ def parse_cell_strategy(spec: str) -> tuple[str, dict[str, str]]:
     return name.strip(), overrides
 
 
-def _finished_row(sc: Scenario, run_dir: Path) -> dict | None:
+def finished_summary(sc: Scenario, run_dir: Path) -> dict | None:
     """The summary of a finished cell whose config.json is this scenario's, else None."""
     try:
         config = json.loads((run_dir / "config.json").read_text())
@@ -231,7 +231,7 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
         if changed is not None:
             raise CellChanged(f"cell {run_dir} finished with another scenario ({changed}); pass --overwrite to "
                               "rerun it, or choose another --out")
-        done = _finished_row(sc, run_dir) if resume else None
+        done = finished_summary(sc, run_dir) if resume else None
         if done is not None:
             rows[i] = {**_row(sc, base, done, run_dir, labels[i]), "_kept": True}
             log(f"[{i + 1}/{len(todo)}] {labels[i]} on {regime_label(sc.availability)}, seed {sc.seed}: "
