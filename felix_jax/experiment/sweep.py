@@ -298,6 +298,7 @@ def run_sweep(jobs: list[SweepJob], batch: int | None = None, *, plot: bool = Tr
     ``deadline`` (``time.time()``) are not started. Every ``progress_every_s`` seconds of a batch
     one line says how far its experiments got (``log``, default stderr).
     """
+    from .compare import comparison_eta
     from .runner import run
 
     batch = default_batch() if batch is None else batch
@@ -350,8 +351,6 @@ def run_sweep(jobs: list[SweepJob], batch: int | None = None, *, plot: bool = Tr
 
             threads = [threading.Thread(target=work, args=(s, i, coordinator.member()), daemon=True,
                                         name=f"felix-sweep-{i}") for s, i in enumerate(members)]
-            from .compare import comparison_eta
-
             left = sum(len(m) for m in batches[b_i:])
             log(f"batch {b_i + 1}/{len(batches)}: {len(members)} experiments{comparison_eta(walls, left)}")
             t_batch = time.perf_counter()
