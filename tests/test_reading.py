@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from felix_jax.cohort import LocalTrainConfig
+from felix_jax.cohort import CohortEngine, LocalTrainConfig
 from felix_jax.cohort.local import local_train
 from felix_jax.data.federated import to_device
 from felix_jax.data.partition import partition_from_counts
@@ -22,7 +22,7 @@ from felix_jax.options import OptionError
 from felix_jax.policies.selectors.base import SelectionContext
 from felix_jax.policies.selectors.oort import make_oort_selector
 from felix_jax.policies.selectors.oort_math import OortConfig, Pacer, PacerState
-from tests.conftest import make_image_dataset
+from tests.conftest import make_image_dataset, needs_data
 from tests.test_fleet import MODEL, E, T, U, make_sim, trace_of
 
 CODE = Reading.paper_code()
@@ -360,3 +360,72 @@ def test_a_small_clients_eval_reports_zero_utility_under_the_codes_loader():
         sim.executor.result = lambda _tid, s=stats: EvalOutcome(s, 0.0)
         sim._handle_reply(tid)
         assert sim.view.utility[client] == pytest.approx(expected)
+
+
+# ------------------------------------------------------------------ the paper's own zero-step clients (A2 at scale)
+def _engine_of(counts, no_step=None, **cfg):
+    ds = make_image_dataset(num_train=int(sum(counts)), num_test=8)
+    data = to_device(ds, partition_from_counts(int(sum(counts)), np.asarray(counts), seed=0))
+    return CohortEngine(MODEL, data, LocalTrainConfig(batch_size=32, **cfg), no_step=no_step)
+
+
+def test_no_step_clients_take_no_step_whatever_they_hold():
+    # counts 10, 20, 40, 70 at batch 32 with at least one step: 1, 1, 1, 2; clients 1 and 3 marked: 0 each
+    engine = _engine_of([10, 20, 40, 70], no_step=np.array([False, True, False, True]))
+    assert engine.num_train_steps(np.arange(4)).tolist() == [1, 0, 1, 0]
+    assert engine.num_train_steps(np.array([3, 0])).tolist() == [0, 1]
+    assert [engine.takes_no_step(c, n) for c, n in enumerate([10, 20, 40, 70])] == [False, True, False, True]
+    # the code's loader at the emulated scale: under a batch means no step, with or without a mask
+    plain = _engine_of([10, 20, 40, 70], min_one_step=False)
+    assert plain.num_train_steps(np.arange(4)).tolist() == [0, 0, 1, 2]
+    assert [plain.takes_no_step(c, n) for c, n in enumerate([10, 20, 40, 70])] == [True, True, False, False]
+
+
+def test_no_step_must_be_one_boolean_per_client():
+    with pytest.raises(ValueError, match="one boolean per client"):
+        _engine_of([10, 20], no_step=np.array([0, 1]))
+    with pytest.raises(ValueError, match="one boolean per client"):
+        _engine_of([10, 20], no_step=np.array([True]))
+
+
+def test_a_no_step_clients_eval_reports_zero_utility():
+    # B6 for a marked client: it holds 40 samples (over a batch of 16), but its loader gives it none
+    from felix_jax.fleet.executor import EvalOutcome
+    from felix_jax.cohort import LossStats
+
+    sim = make_sim(trace_of([(0, T)], [(0, T)]), [10.0, 10.0], reading=Reading(eval_utility="accumulate",
+                                                                               utility_scale="dataset"))
+    sim.engine.no_step = np.array([True, False])
+    for client in (0, 1):
+        sim.view.record_utility(client, 5.0, 0)
+    for client, expected in ((0, math.sqrt(40 * (5.0 + 0.0))), (1, math.sqrt(40 * (5.0 + 72.0)))):
+        sim._dispatch(client, "eval")
+        tid = max(sim.tasks)
+        sim.executor.result = lambda _tid: EvalOutcome(LossStats(32.0, 40.0, 72.0), 0.0)
+        sim._handle_reply(tid)
+        assert sim.view.utility[client] == pytest.approx(expected)
+
+
+@needs_data("traces/felix_reference_300clients.npz")
+def test_zero_step_reference_marks_the_papers_57_clients_at_any_subset():
+    from felix_jax.experiment.runner import reference_sizes, reference_zero_step
+    from felix_jax.traces import load_reference_clients
+
+    sc = get_preset("cifar10-longhorizon").with_overrides({"reading.small_clients": "zero_step_reference"})
+    mask = reference_zero_step(sc, "zero_step_reference")
+    paper = load_reference_clients().num_samples
+    assert mask.sum() == 57 and (paper[mask] < 32).all() and (paper[~mask] >= 32).all()  # AS-RUN A2: 57 of 300
+    # at the 12,000-image subset 168 clients hold under a batch; the 111 of them that held a batch in the paper
+    # still take a step, and no marked client holds a full batch here
+    scaled = reference_sizes(300, 12_000)
+    assert (scaled < 32).sum() == 168 and ((scaled < 32) & ~mask).sum() == 111 and (scaled[mask] < 32).all()
+    assert reference_zero_step(sc, "zero_step") is None and reference_zero_step(sc, "one_step") is None
+
+
+def test_zero_step_reference_needs_the_papers_clients_and_the_epoch_loader():
+    sc = get_preset("cifar10-longhorizon")
+    for bad in ({"partition": "dirichlet"}, {"local_mode": "steps"}):
+        with pytest.raises(OptionError, match="zero_step_reference .*needs partition=reference and local_mode=epochs"):
+            sc.with_overrides({"reading.small_clients": "zero_step_reference", **bad})
+    with pytest.raises(OptionError, match="small_clients"):
+        sc.with_overrides({"reading.small_clients": "zero_steps"})

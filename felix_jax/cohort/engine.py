@@ -113,7 +113,8 @@ class CohortEngine:
                  eval_cfg: LocalEvalConfig | None = None, *, seed: int = 0,
                  backend: Literal["jit", "debug"] = "jit", plan: ExecutionPlan | str | None = None,
                  max_tasks_per_call: int = 256, min_tasks_per_call: int | None = None, devices: int | None = None,
-                 streams: ClientStreams | None = None, call_overhead: int | None = None):
+                 streams: ClientStreams | None = None, call_overhead: int | None = None,
+                 no_step: np.ndarray | None = None):
         if backend not in ("jit", "debug"):
             raise ValueError(f"backend must be 'jit' or 'debug', got {backend!r}")
         self.model = model
@@ -145,6 +146,14 @@ class CohortEngine:
         self.base_key = jax.random.key(seed)
         self._key_data = jax.random.key_data(self.base_key)[None]  # (1, key data): see _run_cohort
         self.counts = np.asarray(jax.device_get(data.counts))
+        # clients that take no training step whatever they hold (a boolean per client; None: none), e.g. the
+        # FeLiX code's zero-step clients picked by their size at the paper's scale (fleet/reading.py)
+        if no_step is not None:
+            no_step = np.asarray(no_step)
+            if no_step.dtype != bool or no_step.shape != self.counts.shape:
+                raise ValueError(f"no_step must be one boolean per client ({self.counts.shape}), got "
+                                 f"{no_step.dtype} {no_step.shape}")
+        self.no_step = no_step
         # client streams: a task's data (and so its length) depends on its start time (data/streams.py)
         if (streams is None) != (data.streams is None):
             raise ValueError("the engine's host stream tables and the device data's must come together")
@@ -181,7 +190,17 @@ class CohortEngine:
         return self.streams.counts(clients, times)
 
     def num_train_steps(self, clients, times=None) -> np.ndarray:
-        return self.train_cfg.num_steps(self.sample_counts(clients, times))
+        steps = self.train_cfg.num_steps(self.sample_counts(clients, times))
+        if self.no_step is not None:
+            steps = np.where(self.no_step[np.asarray(clients)], 0, steps).astype(np.int32)
+        return steps
+
+    def takes_no_step(self, client: int, count: int) -> bool:
+        """Whether ``client``, holding ``count`` samples, gets no batch from its loader (a zero-step client:
+        its training task takes no step, its eval task forwards nothing)."""
+        cfg = self.train_cfg
+        small = not cfg.min_one_step and count < cfg.batch_size
+        return bool(small or (self.no_step is not None and self.no_step[client]))
 
     def num_eval_batches(self, clients, times=None) -> np.ndarray:
         return self.eval_cfg.num_batches(self.sample_counts(clients, times))

@@ -74,7 +74,7 @@ def build_simulator(sc: Scenario, on_checkpoint=None) -> FleetSimulator:
     reading = sc.resolve_reading()
     train_cfg = LocalTrainConfig(batch_size=sc.batch_size, learning_rate=sc.learning_rate, mode=sc.local_mode,
                                  local_epochs=sc.local_epochs, local_steps=sc.local_steps, augment=sc.augment,
-                                 min_one_step=reading.small_clients == "one_step",
+                                 min_one_step=reading.small_clients != "zero_step",
                                  utility_on_augmented=reading.utility_augmented)
     eval_cfg = LocalEvalConfig(batch_size=sc.batch_size, max_batches=sc.eval_max_batches)
     streams = None
@@ -87,7 +87,7 @@ def build_simulator(sc: Scenario, on_checkpoint=None) -> FleetSimulator:
     if streams is not None:
         data = data.replace(streams=streams_to_device(streams))
     engine = CohortEngine(model, data, train_cfg, eval_cfg, seed=sc.seed, plan=sc.plan, devices=sc.devices,
-                          streams=streams)
+                          streams=streams, no_step=reference_zero_step(sc, reading.small_clients))
     trace = make_trace(sc.availability, sc.num_clients, int(seeds[1].generate_state(1)[0]), sc.slot_s,
                        sc.max_virtual_hours * 3600, start_s=sc.trace_start_s, speedup=sc.trace_speedup)
     profile = make_profile(sc.device_profile, sc.num_clients, int(seeds[2].generate_state(1)[0]))
@@ -126,6 +126,17 @@ def _partition(sc: Scenario, ds, part_seed: int) -> Partition:
     else:
         raise KeyError(f"unknown partition {sc.partition!r}; known: dirichlet, iid, natural (speaker), reference, "
                        "pool")
+
+
+def reference_zero_step(sc: Scenario, small_clients: str) -> np.ndarray | None:
+    """``reading.small_clients=zero_step_reference``: the clients the FeLiX code's loader never trained in
+    the paper's runs, those whose own size in the paper (the reference file, before a subset scaled it
+    down) is under one batch (drop_last, AS-RUN A2: 57 of the 300 at batch 32), as a boolean per client;
+    None for any other value. Needs the paper's clients (``partition=reference``) and the epoch loader
+    (checked by :func:`check_fleet`)."""
+    if small_clients != "zero_step_reference":
+        return None
+    return load_reference_clients().num_samples[np.arange(sc.num_clients) % 300] < sc.batch_size
 
 
 # a client's host and device memory besides its data rows (server view, trace rows, profile, counts): an
@@ -234,6 +245,11 @@ def check_fleet(sc: Scenario, strategy) -> None:
                           f"max_aggregations={sc.max_aggregations} (a batch waits until full and is padded to its "
                           f"size in memory); use at most {sc.max_aggregations}")
     cfg = fleet_config(sc, strategy)
+    if cfg.reading.small_clients == "zero_step_reference" and (sc.partition != "reference"
+                                                               or sc.local_mode != "epochs"):
+        raise OptionError("reading.small_clients=zero_step_reference picks the clients the paper's loader never "
+                          "trained by their size in the paper: it needs partition=reference and local_mode=epochs, "
+                          f"not partition={sc.partition}, local_mode={sc.local_mode}")
     if cfg.mode == "async" and sc.aggregation_goal > sc.num_clients and (
             cfg.detaches_on_departure or cfg.reading.async_exclusion == "every_async"):
         why = ("TierTrack" if cfg.knowledge is Knowledge.TIERTRACK else "oracle_departure=free_slot"

@@ -37,7 +37,7 @@ AS_RAN = "as_ran"  # a per-strategy switch: what each strategy ran with (Reading
 
 _CHOICES = {
     "utility_scale": ("batch", "dataset"),
-    "small_clients": ("one_step", "zero_step"),
+    "small_clients": ("one_step", "zero_step", "zero_step_reference"),
     "eval_utility": ("fresh", "accumulate"),
     "duration_source": ("work", "measured"),
     "oracle_clients": ("follow_trace", "always_available"),
@@ -65,7 +65,9 @@ class Reading:
     utility_augmented: bool = False
     # A2 / D3 / B6: "zero_step": a client with fewer samples than a batch takes no step (drop_last,
     # TR:271-278) and reports U = 0, from its eval replies too (the same loader: no batch to forward);
-    # "one_step": one masked step over its samples.
+    # "one_step": one masked step over its samples. "zero_step_reference": the same clients as in the paper's
+    # runs: those whose size at the paper's scale (partition=reference: the paper's own per-client size,
+    # before a subset scales it down) is under a batch take no step; the rest take at least one.
     small_clients: str = "one_step"
     # A3: "accumulate": an eval reply does not reset the client's loss accumulator (TR:365-418), so it
     # reports sqrt(N x (previously reported U + first-batch sum)); "fresh": a clean measurement.

@@ -346,10 +346,11 @@ class FleetSimulator:
         the client holds now (a task trains on the data of its dispatch time)."""
         if self.engine.streams is None:
             return (self._train_samples if kind == "train" else self._eval_samples)[clients]
-        counts = self.engine.sample_counts(clients, np.full(len(clients), self.now))
+        times = np.full(len(clients), self.now)
+        counts = self.engine.sample_counts(clients, times)
         batch = self.engine.train_cfg.batch_size
         if kind == "train":
-            return self.engine.train_cfg.num_steps(counts) * np.minimum(batch, counts)
+            return self.engine.num_train_steps(clients, times) * np.minimum(batch, counts)
         return np.minimum(counts, self.engine.eval_cfg.num_batches(counts) * batch)
 
     def _dispatch(self, client: int, kind: str) -> None:
@@ -508,7 +509,7 @@ class FleetSimulator:
             self.acct.replies_eval += 1
             previous = float(self.view.utility[c]) if self.view.utility_round[c] >= 0 else 0.0
             sumsq = outcome.stats.sumsq
-            if not self.engine.train_cfg.min_one_step and n < self.engine.train_cfg.batch_size:
+            if self.engine.takes_no_step(c, n):
                 sumsq = 0.0  # B6: the code's drop_last loader gives a small client no eval batch either
             u = reading.utility(outcome.stats.count, sumsq, n, previous)
             self.view.record_utility(c, _finite_utility(u), self.round)
