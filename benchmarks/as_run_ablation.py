@@ -57,15 +57,34 @@ def cells(regimes=tuple(REGIMES)) -> list[tuple[str, str]]:
     return out
 
 
-def _hours(rows: list[dict], spec: str, regime: str) -> tuple[float | None, int, int]:
+def _hours(rows: list[dict], spec: str, regime: str) -> tuple[float | None, int, int, dict]:
+    """Mean hours over the seeds that reached the target, reached, run, and each seed's hours (None:
+    not reached)."""
     mine = [r for r in rows if r["strategy"] == spec and r["availability"] == regime]
-    hit = [r["time_to_target_h"] for r in mine if r.get("time_to_target_h") not in (None, "")]
-    return (sum(hit) / len(hit) if hit else None), len(hit), len(mine)
+    per_seed = {r.get("seed"): (None if r.get("time_to_target_h") in (None, "") else r["time_to_target_h"])
+                for r in mine}
+    hit = [h for h in per_seed.values() if h is not None]
+    return (sum(hit) / len(hit) if hit else None), len(hit), len(mine), per_seed
+
+
+def _per_seed(felix: dict, other: dict) -> str:
+    """The baseline's hours over FeLiX's, seed by seed ("-": one of them did not reach the target), and the
+    seeds FeLiX wins (a seed only FeLiX reached counts as its win) of those both ran."""
+    seeds = sorted(set(felix) & set(other), key=str)
+    if not seeds:
+        return "-"
+    shown, wins = [], 0
+    for seed in seeds:
+        a, b = felix[seed], other[seed]
+        shown.append("-" if a is None or b is None else f"{b / a:.2f}")
+        wins += (a is not None and (b is None or b > a))
+    return f"{', '.join(shown)} ({wins}/{len(seeds)})"
 
 
 def ablation_table(rows: list[dict]) -> str:
-    lines = ["| regime | flipped back to the text | FeLiX h | OORT+Async* h | OORT* h | x vs OORT+Async* | x vs OORT* |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+    lines = ["| regime | flipped back to the text | FeLiX h | OORT+Async* h | OORT* h | x vs OORT+Async* | x vs OORT* "
+             "| per seed vs OORT+Async* (FeLiX wins) | per seed vs OORT* (FeLiX wins) |",
+             "|---|---|---:|---:|---:|---:|---:|---|---|"]
     for regime, label in REGIMES.items():
         for flip in ["none (as run)"] + list(FLIPS):
             got = {}
@@ -81,7 +100,9 @@ def ablation_table(rows: list[dict]) -> str:
                 return "-" if a is None or b is None else f"x{b / a:.2f}"
 
             lines.append(f"| {label} | {flip} | {cell(got['felix'])} | {cell(got['oort-async-oracle'])} | "
-                         f"{cell(got['oort-oracle'])} | {ratio('oort-async-oracle')} | {ratio('oort-oracle')} |")
+                         f"{cell(got['oort-oracle'])} | {ratio('oort-async-oracle')} | {ratio('oort-oracle')} | "
+                         f"{_per_seed(got['felix'][3], got['oort-async-oracle'][3])} | "
+                         f"{_per_seed(got['felix'][3], got['oort-oracle'][3])} |")
     return "\n".join(lines)
 
 

@@ -106,3 +106,17 @@ def test_as_run_ablation_flips_one_group_at_a_time_and_tabulates_speed_ups():
     assert "x1.50" in base and "not reached (0/1)" in base
     server = next(ln for ln in table if "| server |" in ln and ln.startswith("| MobiPerf"))
     assert "0.50 (1/1)" in server and "x1.20" in server
+
+
+def test_as_run_ablation_gives_each_seeds_ratio_and_the_seeds_felix_wins():
+    mod = load("as_run_ablation")
+    # seeds 0-2: OORT+Async* 1.5/1.0, 0.8/1.0, 2.0/None (FeLiX missed); OORT* None/1.0 (only FeLiX reached)
+    rows = [{"strategy": st, "availability": "ref:syn_50", "seed": seed, "time_to_target_h": h}
+            for st, hours in (("felix", (1.0, 1.0, None)), ("oort-async-oracle", (1.5, 0.8, 2.0)),
+                              ("oort-oracle", (None, 3.0, 2.0)))
+            for seed, h in enumerate(hours)]
+    base = next(ln for ln in mod.ablation_table(rows).splitlines() if "none (as run)" in ln and "| 50% |" in ln)
+    cols = [c.strip() for c in base.split("|")[1:-1]]
+    assert cols[2] == "1.00 (2/3)" and cols[5] == "x1.43"  # (1.5 + 0.8 + 2.0) / 3 over 1.0
+    assert cols[7] == "1.50, 0.80, - (1/3)"
+    assert cols[8] == "-, 3.00, - (2/3)"  # seed 0: only FeLiX reached it, a win
