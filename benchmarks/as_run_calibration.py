@@ -163,7 +163,22 @@ def main(argv=None) -> dict:
     ap.add_argument("--cells", default=",".join(CELLS), help="comma-separated subset of the cells")
     ap.add_argument("--fit", action="store_true", help="refit server_per_aggregation_s and print it")
     ap.add_argument("--json", help="write the metrics, the table (and the fit) here")
+    ap.add_argument("--readings", default="paper,paper_code", help="comma-separated subset of paper, paper_code")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a scenario field or reading.KEY switch on top of the as-run cells (repeatable), e.g. "
+                         "reading.small_clients=zero_step_reference; never on the fit")
     args = ap.parse_args(argv)
+    readings = [r for r in args.readings.split(",") if r]
+    if not readings or any(r not in ("paper", "paper_code") for r in readings):
+        raise SystemExit(f"as_run_calibration: --readings takes paper and/or paper_code, got {args.readings!r}")
+    extra = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"as_run_calibration: --set takes KEY=VALUE, got {item!r}")
+        extra[key] = value
+    if extra and args.fit:
+        raise SystemExit("as_run_calibration: --set changes the as-run cells, and the fit is made on the bundle alone")
     out: dict = {"preset": PRESET, "aggregations": args.aggregations, "warmup": args.warmup,
                  "machine": platform.processor() or platform.machine()}
     if args.fit:
@@ -172,14 +187,15 @@ def main(argv=None) -> dict:
         out["fit"] = {"server_per_aggregation_s": value, "trials": trials, "target_s_per_aggregation": TARGET_S_PER_AGG}
     else:
         cells = [c for c in args.cells.split(",") if c]
-        jobs = [(c, s) for c in cells for s in ("paper", "paper_code")]
+        jobs = [(c, s) for c in cells for s in readings]
         t0 = time.perf_counter()
         with ProcessPoolExecutor(max_workers=args.workers) as pool:
-            futures = {job: pool.submit(measure, job[0], job[1], args.aggregations, args.warmup) for job in jobs}
+            futures = {job: pool.submit(measure, job[0], job[1], args.aggregations, args.warmup,
+                                        extra if job[1] == "paper_code" else None) for job in jobs}
             results = {(s, c): f.result() for (c, s), f in futures.items()}
         text = table(results)
         print(text)
-        out.update({"metrics": [results[k] for k in sorted(results)], "table": text,
+        out.update({"metrics": [results[k] for k in sorted(results)], "table": text, "as_run_set": extra,
                     "wall_s": time.perf_counter() - t0})
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2, default=str))

@@ -4,6 +4,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REFERENCE_FILE, needs_data
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -91,6 +93,26 @@ def test_as_run_calibration_tabulates_both_readings_and_shows_bounds_without_rat
     share = next(ln for ln in lines if ln.startswith("| TierFuse share"))
     assert share.split("|")[4].strip() == "-" and share.split("|")[6].strip() == "-"
     assert next(ln for ln in lines if "eval tasks" in ln).split("|")[3].strip() == "-"  # not measured: blank
+
+
+def test_as_run_calibration_sets_switches_on_the_as_run_cells_only(monkeypatch):
+    from concurrent.futures import ThreadPoolExecutor
+
+    mod = load("as_run_calibration")
+    calls = []
+    monkeypatch.setattr(mod, "ProcessPoolExecutor", ThreadPoolExecutor)
+    monkeypatch.setattr(mod, "measure", lambda cell, semantics, aggregations, warmup, extra=None:
+                        calls.append((cell, semantics, extra)) or {"s_per_aggregation": 1.0})
+    out = mod.main(["--cells", "felix/syn_0", "--set", "reading.small_clients=zero_step_reference"])
+    assert sorted(calls, key=str) == [("felix/syn_0", "paper", None),
+                                      ("felix/syn_0", "paper_code", {"reading.small_clients": "zero_step_reference"})]
+    assert out["as_run_set"] == {"reading.small_clients": "zero_step_reference"}
+    calls.clear()
+    mod.main(["--cells", "felix/syn_0", "--readings", "paper_code"])
+    assert calls == [("felix/syn_0", "paper_code", {})]
+    for bad in (["--readings", "text"], ["--readings", ""], ["--set", "novalue"], ["--fit", "--set", "a=b"]):
+        with pytest.raises(SystemExit, match="as_run_calibration"):
+            mod.main(bad)
 
 
 def test_as_run_ablation_flips_one_group_at_a_time_and_tabulates_speed_ups():
