@@ -196,6 +196,26 @@ def test_a_zero_step_client_reports_a_zero_delta_and_zero_utility_statistics():
     assert float(out.first_batch.count) == 0.0 and CODE.utility(out.first_batch.count, out.first_batch.sumsq, 20) == 0
 
 
+def test_a_zero_step_task_measures_nothing_with_an_un_augmented_utility_probe_too():
+    # with augmentation and the text's un-augmented probe, train_init forwards the first batch before any
+    # step; a task that takes no step had no batch in the code's loader, so it reports no statistics
+    # (20 samples under a batch of 32 would otherwise report count 20)
+    cfg = LocalTrainConfig(batch_size=32, min_one_step=False, augment=True, utility_on_augmented=False)
+    _, out = _train_one(cfg, cfg.num_steps(np.array([20]))[0])
+    assert float(out.first_batch.count) == 0.0 and float(out.first_batch.sumsq) == 0.0
+    # a task that steps keeps its probe: one masked step over the 20 samples
+    one = LocalTrainConfig(batch_size=32, augment=True)
+    _, out = _train_one(one, one.num_steps(np.array([20]))[0])
+    assert float(out.first_batch.count) == 20.0 and float(out.first_batch.sumsq) > 0.0
+
+
+def test_a_steps_mode_client_under_a_batch_still_has_a_batch():
+    # the steps loader never drops a client: takes_no_step follows the step count, not the batch size alone
+    engine = _engine_of([10, 40], mode="steps", local_steps=2, min_one_step=False)
+    assert engine.num_train_steps(np.arange(2)).tolist() == [2, 2]
+    assert [engine.takes_no_step(c, n) for c, n in enumerate([10, 40])] == [False, False]
+
+
 def test_utility_on_the_augmented_batch_is_the_first_steps_own_losses():
     clean = LocalTrainConfig(batch_size=8, augment=True)
     augmented = LocalTrainConfig(batch_size=8, augment=True, utility_on_augmented=True)
@@ -349,7 +369,7 @@ def test_a_small_clients_eval_reports_zero_utility_under_the_codes_loader():
     sim = make_sim(trace_of([(0, T)], [(0, T)]), [10.0, 10.0], reading=Reading(small_clients="zero_step",
                                                                                eval_utility="accumulate",
                                                                                utility_scale="dataset"))
-    sim.engine.train_cfg = LocalTrainConfig(batch_size=32, mode="steps", local_steps=1, min_one_step=False)
+    sim.engine.train_cfg = LocalTrainConfig(batch_size=32, min_one_step=False)  # the code's epoch loader
     sim.view.num_samples[0] = 10  # client 0 holds under one batch; client 1 holds 40
     for client in (0, 1):
         sim.view.record_utility(client, 0.0 if client == 0 else 5.0, 0)

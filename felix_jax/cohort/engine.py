@@ -198,8 +198,7 @@ class CohortEngine:
     def takes_no_step(self, client: int, count: int) -> bool:
         """Whether ``client``, holding ``count`` samples, gets no batch from its loader (a zero-step client:
         its training task takes no step, its eval task forwards nothing)."""
-        cfg = self.train_cfg
-        small = not cfg.min_one_step and count < cfg.batch_size
+        small = int(self.train_cfg.num_steps(np.asarray([count]))[0]) == 0  # the loader's own rule
         return bool(small or (self.no_step is not None and self.no_step[client]))
 
     def num_eval_batches(self, clients, times=None) -> np.ndarray:

@@ -157,7 +157,10 @@ def train_step(model: Model, cfg: LocalTrainConfig, data: FederatedData, ctx: Tr
 
 def train_final(ctx: TrainContext, carry: TrainCarry, num_steps: jax.Array, max_steps: int) -> TrainResult:
     delta = jax.tree_util.tree_map(lambda a, b: a - b, carry.params, ctx.start)
-    return TrainResult(delta, carry.first_batch, carry.all_steps, jnp.minimum(num_steps, max_steps).astype(jnp.int32))
+    # a task that takes no step had no batch (the FeLiX code's loader): it measured nothing, even where the
+    # first-batch statistics come from a separate un-augmented forward pass (train_init)
+    first = jax.tree_util.tree_map(lambda f: jnp.where(num_steps > 0, f, jnp.zeros_like(f)), carry.first_batch)
+    return TrainResult(delta, first, carry.all_steps, jnp.minimum(num_steps, max_steps).astype(jnp.int32))
 
 
 def local_train(model: Model, cfg: LocalTrainConfig, max_steps: int, params: Params, data: FederatedData,
