@@ -136,7 +136,7 @@ def reference_zero_step(sc: Scenario, small_clients: str) -> np.ndarray | None:
     (checked by :func:`check_fleet`)."""
     if small_clients != "zero_step_reference":
         return None
-    return load_reference_clients().num_samples[np.arange(sc.num_clients) % 300] < sc.batch_size
+    return paper_client_sizes(sc.num_clients) < sc.batch_size
 
 
 # a client's host and device memory besides its data rows (server view, trace rows, profile, counts): an
@@ -262,8 +262,13 @@ def check_fleet(sc: Scenario, strategy) -> None:
 def reference_sizes(num_clients: int, num_samples: int) -> np.ndarray:
     """The paper's per-client CIFAR-10 sizes (shared reference file; cycled past 300
     clients), scaled in proportion when the data set holds fewer samples."""
-    sizes = load_reference_clients().num_samples[np.arange(num_clients) % 300]
+    sizes = paper_client_sizes(num_clients)
     return scale_counts(sizes, num_samples) if sizes.sum() > num_samples else sizes
+
+
+def paper_client_sizes(num_clients: int) -> np.ndarray:
+    """Each client's own CIFAR-10 size in the paper (the shared reference file, cycled past its 300)."""
+    return load_reference_clients().num_samples[np.arange(num_clients) % 300]
 
 
 @dataclasses.dataclass(frozen=True)
