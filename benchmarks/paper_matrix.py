@@ -97,16 +97,16 @@ def fidelity_table(rows: list[dict], strategies: list[str], regimes: list[str], 
     of those run; mean, sample std, 95% Student t interval), the ratio of means to FeLiX, FeLiX's
     ratios seed by seed and the seeds it won, the paper's ratio, and GB split train / eval / control;
     footnotes say how each is computed, and a warning line follows when a cell ran fewer than 3 seeds."""
-    from felix_jax.experiment.compare import few_seeds_warning, pool_cells
+    from felix_jax.experiment.compare import few_seeds_warning, paired_text, pool_cells
 
     def num(x):
         return "-" if x is None else f"{x:.2f}"
 
     cells = pool_cells(rows, strategies, regimes, reference="felix")
     pooled = {(p["strategy"], p["availability"]): p for p in cells}
-    lines = ["| regime | strategy | reached | hours to target (mean) | std | 95% CI | x FeLiX | per-seed x FeLiX "
-             "| FeLiX wins | paper | GB train / eval, control MB | last-20 acc at end | aggregations | end (h) |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| regime | strategy | reached | hours to target (mean) | std | 95% CI | x FeLiX | paired x FeLiX [95% CI] "
+             "| per-seed x FeLiX | FeLiX wins | paper | GB train / eval, control MB | last-20 acc at end | aggregations | end (h) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for rg in regimes:
         label = REGIMES.get(rg, rg)
         ref = pooled.get(("felix", rg))
@@ -130,12 +130,16 @@ def fidelity_table(rows: list[dict], strategies: list[str], regimes: list[str], 
             end_h = np.mean([x["end_time_s"] for x in s]) / 3600
             cut = sum(r["_summary"].get("stop_reason") == "wall_budget" for r in cell)
             reached = f"{p['reached']}/{p['seeds']}" + (f" ({cut} cut)" if cut else "")
-            lines.append(f"| {label} | {st} | {reached} | {text} | {num(p['hours_std'])} | {ci} | {ratio} | {per_seed} "
+            paired = paired_text(p)
+            lines.append(f"| {label} | {st} | {reached} | {text} | {num(p['hours_std'])} | {ci} | {ratio} | {paired} "
+                         f"| {per_seed} "
                          f"| {p['ref_wins'] or '-'} | {paper_ratio(st, label, dataset)} "
                          f"| {gb[0]:.2f} / {gb[1]:.2f}, {control_mb:.3f} | {acc:.3f} | {aggs:.0f} | {end_h:.2f} |")
     lines += ["", "Hours over the seeds that reached the target (reached: of the seeds run); std: the sample std "
-              "(ddof=1); 95% CI: the Student t interval of the mean, mean -+ t(0.975, n-1) * std / sqrt(n); both - "
-              "for fewer than 2 seeds. x FeLiX: ratio of means (only where every seed of both reached the target); "
+              "(ddof=1); 95% CI: the Student t interval on the log scale, exp(mean(log h) -+ t(0.975, n-1) * "
+              "std(log h) / sqrt(n)), never below zero; both - for fewer than 2 seeds. x FeLiX: ratio of means (only "
+              "where every seed of both reached the target); paired x FeLiX: the geometric mean of the per-seed "
+              "ratios with the Student t interval of their logs, over the n seeds both reached; "
               "per-seed x FeLiX: hours / FeLiX's hours seed by seed (- where not both reached it); FeLiX wins: seeds "
               "where FeLiX reached the target first, or alone, of the seeds both ran."]
     warning = few_seeds_warning(cells)

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from felix_jax.experiment.compare import (FEW_SEEDS_WARNING, POOLED_COLUMNS, comparison_table, hours_stats,
-                                          pool_cells, t_quantile_975, versus_reference, write_pooled_csv)
+                                          paired_ratio, pool_cells, t_quantile_975, versus_reference,
+                                          write_pooled_csv)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,14 +37,33 @@ def test_t_quantiles_match_the_printed_table():
 def test_hours_stats_of_three_seeds_and_of_one():
     s = hours_stats([1.0, 2.0, 3.0])
     assert (s["n"], s["mean"], s["std"]) == (3, 2.0, 1.0)  # sample std: sqrt(((-1)^2 + 0 + 1^2) / 2)
-    half = 4.303 / math.sqrt(3)  # t(0.975, 2) * 1 / sqrt(3) = 2.484
-    assert s["ci95_low"] == pytest.approx(2.0 - half, abs=1e-3) and s["ci95_low"] == pytest.approx(-0.484, abs=1e-3)
-    assert s["ci95_high"] == pytest.approx(4.484, abs=1e-3)
-    two = hours_stats([1.0, 2.0])  # ddof=1: std sqrt(0.5), half-width 12.706 * 0.7071 / sqrt(2) = 6.353
-    assert two["std"] == pytest.approx(math.sqrt(0.5)) and two["ci95_high"] == pytest.approx(1.5 + 6.353, abs=1e-3)
+    # the interval on the log scale: log h = 0, 0.6931, 1.0986; mean 0.5973, sample std 0.5555,
+    # half-width 4.303 * 0.5555 / sqrt(3) = 1.3801: exp(0.5973 -+ 1.3801) = [0.457, 7.223], never below 0
+    assert s["ci95_low"] == pytest.approx(0.457, abs=1e-3) and s["ci95_high"] == pytest.approx(7.223, abs=1e-3)
+    two = hours_stats([1.0, 2.0])  # logs 0, 0.6931: std 0.4901, half-width 12.706 * 0.4901 / sqrt(2) = 4.4034
+    assert two["std"] == pytest.approx(math.sqrt(0.5))
+    assert two["ci95_low"] == pytest.approx(math.exp(0.34657 - 4.40342), rel=1e-3)  # 0.0173
+    assert two["ci95_high"] == pytest.approx(math.exp(0.34657 + 4.40342), rel=1e-3)  # 115.6
     one = hours_stats([4.0])
     assert (one["n"], one["mean"], one["std"], one["ci95_low"], one["ci95_high"]) == (1, 4.0, None, None, None)
     assert hours_stats([]) == {"n": 0, "mean": None, "std": None, "ci95_low": None, "ci95_high": None}
+
+
+def test_paired_ratio_is_the_geometric_mean_with_a_log_t_interval():
+    # ratios 1.29, 0.78, 2.68: logs 0.25464, -0.24846, 0.98582, mean 0.33067, sample std 0.62064;
+    # geometric mean exp(0.33067) = 1.3919; half-width 4.3027 * 0.62064 / sqrt(3) = 1.54177
+    p = paired_ratio([1.29, 0.78, 2.68])
+    assert p["n"] == 3 and p["geomean"] == pytest.approx(1.3919, abs=1e-4)
+    assert p["ci95_low"] == pytest.approx(math.exp(0.33067 - 1.54177), rel=1e-3)  # 0.2979
+    assert p["ci95_high"] == pytest.approx(math.exp(0.33067 + 1.54177), rel=1e-3)  # 6.504
+    # reciprocal ratios give the reciprocal verdict (the mean of ratios would not)
+    q = paired_ratio([1 / 1.29, 1 / 0.78, 1 / 2.68])
+    assert q["geomean"] == pytest.approx(1 / p["geomean"]) and q["ci95_high"] == pytest.approx(1 / p["ci95_low"])
+    one = paired_ratio([1.5, None])  # a seed not both reached is left out; one seed: no interval
+    assert (one["n"], one["geomean"], one["ci95_low"], one["ci95_high"]) == (1, 1.5, None, None)
+    assert paired_ratio([]) is None and paired_ratio([None]) is None
+    with pytest.raises(ValueError, match="positive"):
+        paired_ratio([1.0, 0.0])
 
 
 def test_per_seed_ratios_and_wins_against_the_reference():
@@ -86,8 +106,11 @@ def test_pool_cells_and_summary_pooled_csv(tmp_path):
                 "gb_total", "aggregations", "final_accuracy", "n_reached", "n_seeds", "hours_ci95_low",
                 "hours_ci95_high", "per_seed_ratio", "ref_wins"):
         assert col in POOLED_COLUMNS
-    assert float(back[0]["hours_ci95_low"]) == pytest.approx(-0.484, abs=1e-3)
-    assert float(back[0]["hours_ci95_high"]) == pytest.approx(4.484, abs=1e-3)
+    assert float(back[0]["hours_ci95_low"]) == pytest.approx(0.457, abs=1e-3)
+    assert float(back[0]["hours_ci95_high"]) == pytest.approx(7.223, abs=1e-3)
+    assert float(back[1]["ratio_geomean"]) == pytest.approx(1.3919, abs=1e-4) and back[1]["ratio_n"] == "3"
+    assert float(back[1]["ratio_ci95_low"]) == pytest.approx(0.2979, abs=1e-3)
+    assert (back[0]["ratio_geomean"], back[2]["ratio_n"], back[2]["ratio_ci95_low"]) == ("", "1", "")
     assert (back[2]["hours_std"], back[2]["hours_ci95_low"], back[2]["hours_ci95_high"]) == ("", "", "")  # n = 1
     assert (back[1]["per_seed_ratio"], back[1]["ref_wins"], back[0]["ref_wins"]) == ("0:1.29;1:0.78;2:2.68", "2/3", "")
 
@@ -97,8 +120,9 @@ def test_comparison_table_shows_intervals_per_seed_ratios_and_wins():
     assert "seeds 0,1,2" in lines[0] and "reference felix" in lines[0]
     assert lines[1].split()[2:6] == ["n", "mean", "h", "std"] and lines[1].endswith("per-seed x ref")
     felix, oort, fedbuff = lines[2:5]
-    assert felix.split()[2:7] == ["3/3", "2.00", "1.00", "[-0.484,", "4.48]"]
+    assert felix.split()[2:7] == ["3/3", "2.00", "1.00", "[0.457,", "7.22]"]
     assert oort.split()[2:4] == ["3/3", "3.63"] and " 2/3 " in oort and oort.endswith("1.29, 0.780, 2.68")
+    assert "x1.39 [0.298, 6.50] n=3" in oort and "x0.750 n=1" in fedbuff
     assert fedbuff.split()[2:6] == ["1/3", "1.50", "-", "-"] and fedbuff.endswith("-, 0.750, -")
     notes = "\n".join(lines[5:])
     assert "ddof=1" in notes and "Student t" in notes and "t(0.975, n-1)" in notes
@@ -132,8 +156,10 @@ def test_paper_matrix_table_has_the_same_statistics(tmp_path):
     head = cells(lines[0])
     felix, oort, fedbuff = (dict(zip(head, cells(line))) for line in lines[2:5])
     assert (felix["reached"], felix["hours to target (mean)"], felix["std"], felix["95% CI"]) == \
-        ("3/3", "2.00", "1.00", "[-0.48, 4.48]")
+        ("3/3", "2.00", "1.00", "[0.46, 7.22]")
     assert (felix["per-seed x FeLiX"], felix["FeLiX wins"], felix["x FeLiX"]) == ("-", "-", "x1.00")
+    assert (felix["paired x FeLiX [95% CI]"], oort["paired x FeLiX [95% CI]"]) == ("-", "x1.39 [0.298, 6.50] n=3")
+    assert fedbuff["paired x FeLiX [95% CI]"] == "x0.750 n=1"
     assert (oort["per-seed x FeLiX"], oort["FeLiX wins"], oort["x FeLiX"]) == ("1.29, 0.78, 2.68", "2/3", "x1.81")
     assert (fedbuff["std"], fedbuff["95% CI"], fedbuff["per-seed x FeLiX"], fedbuff["FeLiX wins"]) == \
         ("-", "-", "-, 0.75, -", "2/3")

@@ -403,16 +403,41 @@ def t_quantile_975(df: int) -> float:
     return float(t.ppf(0.975, df))
 
 
+def log_interval(values: list[float]) -> tuple[float | None, float | None]:
+    """The 95% Student t interval computed on the logs of positive ``values`` and mapped back:
+    exp(mean(log x) -+ t(0.975, n-1) * std(log x, ddof=1) / sqrt(n)); (None, None) for n < 2. An
+    interval for the geometric mean that is never below zero (hours, ratios)."""
+    n = len(values)
+    if n < 2:
+        return None, None
+    logs = np.log(np.asarray(values, np.float64))
+    half = t_quantile_975(n - 1) * float(np.std(logs, ddof=1)) / math.sqrt(n)
+    centre = float(np.mean(logs))
+    return math.exp(centre - half), math.exp(centre + half)
+
+
 def hours_stats(hours: list[float]) -> dict:
     """Over the hours of the seeds that reached the target: ``n``, ``mean``, ``std`` (the sample
-    std, ddof=1; None for n < 2) and the 95% Student t interval of the mean, ``ci95_low`` and
-    ``ci95_high`` (mean -+ t(0.975, n-1) * std / sqrt(n); None for n < 2, not clipped at 0)."""
+    std, ddof=1; None for n < 2) and the 95% interval ``ci95_low`` / ``ci95_high`` computed on the
+    log scale (:func:`log_interval`: never below zero hours; None for n < 2)."""
     n = len(hours)
     mean = float(np.mean(hours)) if n else None
     std = float(np.std(hours, ddof=1)) if n >= 2 else None
-    half = t_quantile_975(n - 1) * std / math.sqrt(n) if n >= 2 else None
-    return {"n": n, "mean": mean, "std": std, "ci95_low": None if half is None else mean - half,
-            "ci95_high": None if half is None else mean + half}
+    low, high = log_interval(hours) if n >= 2 and min(hours) > 0 else (None, None)
+    return {"n": n, "mean": mean, "std": std, "ci95_low": low, "ci95_high": high}
+
+
+def paired_ratio(ratios: list[float]) -> dict | None:
+    """A verdict over seeds from per-seed ratios (a strategy's hours / the reference's, seeds where both
+    reached the target): ``n``, ``geomean`` (exp of the mean log ratio) and its 95% t interval on the
+    log ratios, ``ci95_low`` / ``ci95_high`` (None for n < 2). None: no ratio."""
+    vals = [float(r) for r in ratios if r is not None]
+    if not vals:
+        return None
+    if min(vals) <= 0:
+        raise ValueError(f"paired_ratio: ratios must be positive, got {min(vals)}")
+    low, high = log_interval(vals)
+    return {"n": len(vals), "geomean": math.exp(float(np.mean(np.log(vals)))), "ci95_low": low, "ci95_high": high}
 
 
 def versus_reference(rows: list[dict], strategy: str, regime: str, reference: str) -> dict | None:
@@ -453,8 +478,9 @@ def pool_cells(rows: list[dict], strategies: list[str], regimes: list[str],
     ``n_reached``, of ``seeds`` = ``n_seeds``), hours to it over those that did (:func:`hours_stats`:
     mean, sample std, 95% t interval), seed by seed against ``reference`` (default ``felix``, else
     the first strategy; :func:`versus_reference`: ``per_seed_ratio`` as ``SEED:RATIO;...`` over the
-    seeds both reached, ``ref_wins`` as ``WINS/PAIRED``), GB train / eval / total and aggregations
-    (means)."""
+    seeds both reached, ``ref_wins`` as ``WINS/PAIRED``), the paired verdict over those per-seed
+    ratios (:func:`paired_ratio`: ``ratio_n``, ``ratio_geomean``, ``ratio_ci95_low`` / ``_high``), GB
+    train / eval / total and aggregations (means)."""
     reference = _default_reference(strategies) if reference is None else reference
     pooled = []
     for rg in regimes:
@@ -465,6 +491,7 @@ def pool_cells(rows: list[dict], strategies: list[str], regimes: list[str],
             hours = [r["time_to_target_h"] for r in sel if r["time_to_target_h"] is not None]
             stats = hours_stats(hours)
             vs = versus_reference(rows, st, rg, reference) if reference is not None else None
+            pr = None if vs is None else paired_ratio([x for _, x in vs["ratios"]])
             pooled.append({
                 "strategy": st, "availability": rg, "seeds": len(sel), "reached": len(hours),
                 "n_reached": len(hours), "n_seeds": len(sel),
@@ -474,6 +501,10 @@ def pool_cells(rows: list[dict], strategies: list[str], regimes: list[str],
                 ";".join(f"{sd}:{_ratio_text(x)}" for sd, x in vs["ratios"] if x is not None),
                 "ref_wins": None if vs is None else f"{vs['ref_wins']}/{vs['paired']}",
                 "versus_reference": vs,
+                "ratio_n": None if pr is None else pr["n"],
+                "ratio_geomean": None if pr is None else pr["geomean"],
+                "ratio_ci95_low": None if pr is None else pr["ci95_low"],
+                "ratio_ci95_high": None if pr is None else pr["ci95_high"],
                 "gb_train": float(np.mean([r["bytes_train"] or 0 for r in sel])) / 1e9,
                 "gb_eval": float(np.mean([r["bytes_eval"] or 0 for r in sel])) / 1e9,
                 "gb_total": float(np.mean([r["bytes_total"] or 0 for r in sel])) / 1e9,
@@ -483,8 +514,9 @@ def pool_cells(rows: list[dict], strategies: list[str], regimes: list[str],
 
 
 POOLED_COLUMNS = ["strategy", "availability", "seeds", "reached", "n_reached", "n_seeds", "hours_mean", "hours_std",
-                  "hours_ci95_low", "hours_ci95_high", "per_seed_ratio", "ref_wins", "gb_train", "gb_eval",
-                  "gb_total", "aggregations", "final_accuracy"]
+                  "hours_ci95_low", "hours_ci95_high", "per_seed_ratio", "ref_wins", "ratio_n", "ratio_geomean",
+                  "ratio_ci95_low", "ratio_ci95_high", "gb_train", "gb_eval", "gb_total", "aggregations",
+                  "final_accuracy"]
 
 
 def write_pooled_csv(rows: list[dict], strategies: list[str], regimes: list[str], out: Path,
@@ -506,6 +538,14 @@ def few_seeds_warning(pooled: list[dict]) -> str | None:
     """The one-line warning for a table with a cell of fewer than 3 seeds run (None: none)."""
     few = [p for p in pooled if p["n_seeds"] < FEW_SEEDS]
     return None if not few else f"warning: {FEW_SEEDS_WARNING} ({len(few)} of {len(pooled)} cells)"
+
+
+def paired_text(p: dict) -> str:
+    """A pooled cell's paired verdict, ``x1.27 [0.950, 1.70] n=3`` (``-``: no seed both reached)."""
+    if p.get("ratio_geomean") is None:
+        return "-"
+    ci = "" if p["ratio_ci95_low"] is None else f" [{_sig(p['ratio_ci95_low'])}, {_sig(p['ratio_ci95_high'])}]"
+    return f"x{_sig(p['ratio_geomean'])}{ci} n={p['ratio_n']}"
 
 
 def per_seed_text(vs: dict | None, digits: int = 3) -> str:
@@ -530,7 +570,7 @@ def comparison_table(rows: list[dict], strategies: list[str], regimes: list[str]
              f"accuracies and the last one reach it) in virtual hours, over seeds {','.join(map(str, seeds))}; "
              f"reference {reference}",
              f"{'regime':<{wr}} {'strategy':<{ws}} {'n':>7} {'mean h':>7} {'std':>7} {'95% CI':>18} {'x ref':>6} "
-             f"{'ref wins':>8} {'GB':>8}  per-seed x ref"]
+             f"{'paired x ref [95% CI]':>28} {'ref wins':>8} {'GB':>8}  per-seed x ref"]
     for rg in regimes:
         ref = pooled.get((reference, rg))
         for st in strategies:
@@ -544,12 +584,14 @@ def comparison_table(rows: list[dict], strategies: list[str], regimes: list[str]
             ratio = f"x{_sig(p['hours_mean'] / ref['hours_mean'])}" if whole else "-"
             wins = p["ref_wins"] or "-"
             lines.append(f"{regime_label(rg):<{wr}} {st:<{ws}} {p['reached']:>3}/{p['seeds']:<3} {mean:>7} {std:>7} "
-                         f"{ci:>18} "
-                         f"{ratio:>6} {wins:>8} {_sig(p['gb_total']):>8}  {per_seed_text(p['versus_reference'])}")
+                         f"{ci:>18} {ratio:>6} {paired_text(p):>28} {wins:>8} {_sig(p['gb_total']):>8}  "
+                         f"{per_seed_text(p['versus_reference'])}")
     lines += ["n: seeds that reached the target / seeds run; mean h, std, 95% CI: over the seeds that reached it, "
-              "std the sample std (ddof=1), CI the Student t interval of the mean, mean -+ t(0.975, n-1) * std / "
-              "sqrt(n) (- for n < 2)",
-              f"x ref: ratio of means to {reference} (only where every seed of both reached the target); ref wins: "
+              "std the sample std (ddof=1), CI the Student t interval on the log scale, exp(mean(log h) -+ "
+              "t(0.975, n-1) * std(log h) / sqrt(n)), never below zero (- for n < 2)",
+              f"x ref: ratio of means to {reference} (only where every seed of both reached the target); paired x ref: "
+              f"the geometric mean of the per-seed ratios with the Student t interval of their logs, over the n seeds "
+              f"both reached (no interval for n < 2); ref wins: "
               f"seeds where {reference} reached it first, or alone, of the seeds both ran; per-seed x ref: hours / "
               f"{reference}'s hours seed by seed (- where not both reached it)"]
     warning = few_seeds_warning(cells)
