@@ -142,3 +142,45 @@ def test_as_run_ablation_gives_each_seeds_ratio_and_the_seeds_felix_wins():
     assert cols[2] == "1.00 (2/3)" and cols[5] == "x1.43"  # (1.5 + 0.8 + 2.0) / 3 over 1.0
     assert cols[7] == "1.50, 0.80, - (1/3)"
     assert cols[8] == "-, 3.00, - (2/3)"  # seed 0: only FeLiX reached it, a win
+
+
+def test_learner_ladder_targets_follow_the_one_epoch_rule_and_refuse_a_missing_reference(tmp_path):
+    ladder = load("learner_ladder")
+    assert ladder.reference_target([0.320, 0.292, 0.248]) == 0.29  # the preset's own numbers
+    assert ladder.reference_target([0.320, 0.312, 0.290]) == 0.31
+    with pytest.raises(ValueError, match="one accuracy per seed"):
+        ladder.reference_target([0.3, 0.3])
+    for model in ladder.LEARNERS:
+        for seed, acc in zip(ladder.REFERENCE_SEEDS, (0.30, 0.33, 0.36)):
+            rows = [{"steps": 0, "accuracy": 0.1}, {"steps": ladder.REFERENCE_STEPS, "accuracy": acc}]
+            (tmp_path / f"reference_{model}_seed{seed}.json").write_text(json.dumps(
+                {"model": model, "seed": seed, "preset": ladder.REFERENCE_PRESET, "num_params": 7, "rows": rows}))
+    targets = ladder.compute_targets(tmp_path)
+    assert {m: t["target_accuracy"] for m, t in targets.items()} == {m: 0.33 for m in ladder.LEARNERS}
+    (tmp_path / "reference_cifar_cnn_seed2.json").unlink()
+    with pytest.raises(SystemExit, match="reference_cifar_cnn_seed2.json is missing"):
+        ladder.compute_targets(tmp_path)
+    with pytest.raises(SystemExit, match="targets.json is missing"):
+        ladder.load_targets(tmp_path)
+
+
+def test_learner_ladder_table_gives_paired_verdicts_per_learner(tmp_path):
+    ladder = load("learner_ladder")
+    (tmp_path / "distributions.json").write_text(json.dumps({"staleness": [0, 1, 2, 3]}))
+
+    def row(st, seed, hours, rg="ref:syn_50"):
+        return {"strategy": st, "availability": rg, "seed": seed, "time_to_target_h": hours, "run_dir": str(tmp_path),
+                "_summary": {"aggregations": 100, "picked_utility_p50": 80.0}}
+    rows = [row("felix", 0, 1.0), row("felix", 1, 2.0), row("oort-async-oracle", 0, 1.2),
+            row("oort-async-oracle", 1, 3.0), row("oort-oracle", 0, None), row("oort-oracle", 1, 4.0)]
+    targets = {m: {"target_accuracy": 0.3} for m in ladder.LEARNERS}
+    table = ladder.ladder_table({("cifar_cnn_narrow", "as-run"): rows}, targets)
+    line = [ln for ln in table.splitlines() if ln.startswith("| narrow")]
+    assert len(line) == 1  # one regime ran, one learner and reading
+    cells = [c.strip() for c in line[0].strip("|").split("|")]
+    assert cells[:7] == ["narrow (44,842)", "0.30", "as-run", "50%", "1.50 (2/2)", "2.10 (2/2)", "4.00 (1/2)"]
+    # OORT+Async*: ratio of means 2.1 / 1.5 = x1.40; per seed 1.2 and 1.5; geometric mean sqrt(1.8) = 1.342
+    assert cells[7].startswith("x1.40; x1.34 [") and cells[7].endswith("(n=2); 1.20, 1.50 (2/2)")
+    assert cells[8] == "x1.52"  # the paper's 9.4 / 6.2
+    assert cells[9] == "-; x2.00 (n=1); -, 2.00 (2/2)"  # OORT* missed seed 0: no ratio of means, FeLiX wins it
+    assert cells[11:] == ["100 / 100 / 100", "1.50 / 3", "80.0"]

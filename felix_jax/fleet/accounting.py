@@ -90,6 +90,7 @@ class Accounting:
         picks = self.dispatched_train
         out["train_picks_eval_utility_share"] = self.train_picks_eval_utility / picks if picks else None
         out["picked_utility_mean"] = float(np.mean(self.picked_utility)) if self.picked_utility else None
+        out["picked_utility_p50"] = pct(self.picked_utility, 50)
         out["picked_duration_mean_s"] = float(np.mean(self.picked_duration_s)) if self.picked_duration_s else None
         out["agg_weight_p50"] = pct(self.agg_weights, 50)
         # the weights of fresh (staleness 0) and late updates (the paper's Fig. 15: TierFuse vs FedBuff)
