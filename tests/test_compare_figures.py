@@ -144,7 +144,9 @@ def test_every_figure_has_units_on_every_axis_and_file_regimes_by_name(compariso
     cdf_labels = [ax.get_xlabel() for ax in drawn["cdfs.png"].axes]
     assert cdf_labels[:3] == ["staleness (rounds)", "utility age (rounds)",
                               "aggregation weight (relative: / the strategy's mean weight)"]
-    assert [ax.get_xlabel() for ax in drawn["time_to_target.png"].axes] == ["virtual hours to target"] * 2
+    ttt = [ax.get_xlabel() for ax in drawn["time_to_target.png"].axes]
+    assert ttt[:2] == ["virtual hours to target"] * 2  # the hours, then the paired verdicts below them
+    assert ttt[2:] == ["hours / felix's hours, paired by seed"] * 2
     assert [ax.get_xlabel() for ax in drawn["bytes.png"].axes] == ["GB moved (mean over seeds)"] * 2
     assert drawn["accuracy.png"].axes[1].get_title() == "my_phones_trace.csv"
 
@@ -198,6 +200,13 @@ def test_time_to_target_marks_each_seed_and_the_unreached_at_the_runs_end(compar
     assert open_[0].get_markerfacecolor() == "none" and open_[0].get_xdata()[0] == pytest.approx(0.8)
     assert len({float(ln.get_ydata()[0]) for ln in filled}) == 14  # seeds spread across their row
     assert [t.get_text() for t in ax.texts] == ["3/3", "3/3", "2/3", "3/3", "3/3"]  # reached / run per row
+    # below: the paired verdict of every other strategy against felix, on a log axis with 1 marked
+    paired = drawn["time_to_target.png"].axes[1]
+    assert paired.get_xscale() == "log" and [t.get_text() for t in paired.get_yticklabels()] == STRATEGIES[1:]
+    diamonds = [ln for ln in paired.get_lines() if ln.get_marker() == "D"]
+    # every strategy's hours here are felix's, seed by seed (0.1, 0.2, 0.3): a geometric mean of exactly 1
+    assert len(diamonds) == 4 and all(float(ln.get_xdata()[0]) == pytest.approx(1.0) for ln in diamonds)
+    assert [t.get_text() for t in paired.texts] == ["n=3", "n=2", "n=3", "n=3"]  # fedbuff missed seed 1
     # no target: no time-to-target figure, and an older one is removed
     for r in rows:
         (Path(r["run_dir"]) / "config.json").write_text(json.dumps({"scenario": {"target_accuracy": None}}))

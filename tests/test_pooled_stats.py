@@ -46,7 +46,9 @@ def test_hours_stats_of_three_seeds_and_of_one():
     assert two["ci95_high"] == pytest.approx(math.exp(0.34657 + 4.40342), rel=1e-3)  # 115.6
     one = hours_stats([4.0])
     assert (one["n"], one["mean"], one["std"], one["ci95_low"], one["ci95_high"]) == (1, 4.0, None, None, None)
-    assert hours_stats([]) == {"n": 0, "mean": None, "std": None, "ci95_low": None, "ci95_high": None}
+    assert one["geomean"] == pytest.approx(4.0) and s["geomean"] == pytest.approx(6 ** (1 / 3))  # (1 * 2 * 3)^(1/3)
+    assert hours_stats([]) == {"n": 0, "mean": None, "std": None, "ci95_low": None, "ci95_high": None,
+                               "geomean": None}
 
 
 def test_paired_ratio_is_the_geometric_mean_with_a_log_t_interval():

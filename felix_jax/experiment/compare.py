@@ -419,12 +419,15 @@ def log_interval(values: list[float]) -> tuple[float | None, float | None]:
 def hours_stats(hours: list[float]) -> dict:
     """Over the hours of the seeds that reached the target: ``n``, ``mean``, ``std`` (the sample
     std, ddof=1; None for n < 2) and the 95% interval ``ci95_low`` / ``ci95_high`` computed on the
-    log scale (:func:`log_interval`: never below zero hours; None for n < 2)."""
+    log scale (:func:`log_interval`: never below zero hours; None for n < 2), whose centre is the
+    geometric mean ``geomean``."""
     n = len(hours)
     mean = float(np.mean(hours)) if n else None
     std = float(np.std(hours, ddof=1)) if n >= 2 else None
-    low, high = log_interval(hours) if n >= 2 and min(hours) > 0 else (None, None)
-    return {"n": n, "mean": mean, "std": std, "ci95_low": low, "ci95_high": high}
+    positive = n and min(hours) > 0
+    low, high = log_interval(hours) if n >= 2 and positive else (None, None)
+    geomean = math.exp(float(np.mean(np.log(hours)))) if positive else None
+    return {"n": n, "mean": mean, "std": std, "ci95_low": low, "ci95_high": high, "geomean": geomean}
 
 
 def paired_ratio(ratios: list[float]) -> dict | None:
@@ -829,13 +832,54 @@ def plot_comparison(rows: list[dict], strategies: list[str], regimes: list[str],
     return paths
 
 
+def _paired_ratio_panels(axes, rows: list[dict], others: list[str], regimes: list[str], reference: str,
+                         styles: dict) -> None:
+    """One panel per regime: each strategy's paired verdict against ``reference`` (the geometric mean of
+    its per-seed hours ratios, its 95% t interval on the log ratios) on a log axis, 1 (a tie) marked."""
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    for ax, rg in zip(axes, regimes):
+        lo, hi = 1.0, 1.0
+        for y, st in enumerate(others):
+            vs = versus_reference(rows, st, rg, reference)
+            pr = None if vs is None else paired_ratio([x for _, x in vs["ratios"]])
+            if pr is None:
+                ax.annotate("no seed both reached", (1.0, y), xytext=(4, 0), textcoords="offset points",
+                            xycoords=("data", "data"), va="center", fontsize=7, color="0.35")
+                continue
+            g, color = pr["geomean"], styles[st]["color"]
+            if pr["ci95_low"] is not None:
+                ax.errorbar(g, y, xerr=[[g - pr["ci95_low"]], [pr["ci95_high"] - g]], fmt="D", color=color, ms=4,
+                            capsize=3, lw=1.2, zorder=3)
+                lo, hi = min(lo, pr["ci95_low"]), max(hi, pr["ci95_high"])
+            else:
+                ax.plot(g, y, "D", color=color, ms=4, zorder=3)
+                lo, hi = min(lo, g), max(hi, g)
+            ax.annotate(f"n={pr['n']}", (1.0, y), xycoords=("axes fraction", "data"), xytext=(4, 0),
+                        textcoords="offset points", va="center", fontsize=7)
+        ax.axvline(1.0, color="0.4", lw=0.8, ls="--", zorder=1)
+        ax.set_xscale("log")
+        ax.set_xlim(lo / 1.25, hi * 1.25)
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"x{v:g}"))
+        ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+        ax.set_yticks(np.arange(len(others)), others, fontsize=7)
+        ax.set_ylim(len(others) - 0.5, -0.5)
+        ax.set_xlabel(f"hours / {reference}'s hours, paired by seed", fontsize=8)
+        ax.grid(alpha=0.3, axis="x", which="both")
+    axes[0].set_ylabel(f"x {reference} (right: seeds both reached)", fontsize=8)
+
+
 def plot_time_to_target(rows: list[dict], strategies: list[str], regimes: list[str], out: Path,
                         target: float | None = None, reference: str | None = None) -> Path:
     """``time_to_target.png``: one panel per regime, a row per strategy: a point per seed (spread
     across the row so that equal times stay apart), filled where the seed reached the target, open at
     its run's end where it did not, and below them the mean over the seeds that reached it with its
-    95% t interval (:func:`hours_stats`; no interval for fewer than 2). Right of each row: the seeds
-    that reached the target / the seeds run."""
+    95% t interval on the log scale around the geometric mean (:func:`hours_stats`; no interval for
+    fewer than 2). Right of each row: the seeds that reached the target / the seeds run. Below, where
+    there is a reference and another strategy: per regime, each strategy's paired verdict against the
+    reference (:func:`paired_ratio`: the geometric mean of its per-seed ratios with their 95% t
+    interval, on a log axis with 1 marked; the seeds it pools right of the row)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -847,8 +891,14 @@ def plot_time_to_target(rows: list[dict], strategies: list[str], regimes: list[s
     styles = strategy_styles(strategies, reference)
     rows_in = len(strategies)  # a row per strategy: a long label (a sweep's variant) reads along it
     xmax = 0.0  # the furthest point or interval end of any panel: the shared hours axis spans it
-    fig, axes = plt.subplots(1, len(regimes), figsize=(max(4.2 * len(regimes), 5.0) + _labels_width(strategies),
-                                                       1.6 + 0.45 * rows_in), squeeze=False, sharex=True, sharey=True)
+    others = [st for st in strategies if st != reference] if reference in strategies else []
+    ratio_rows = 1 if others else 0
+    heights = [1.6 + 0.45 * rows_in] + ([1.2 + 0.45 * len(others)] if ratio_rows else [])
+    fig, axes = plt.subplots(1 + ratio_rows, len(regimes), squeeze=False, sharey="row",
+                             figsize=(max(4.2 * len(regimes), 5.0) + _labels_width(strategies), sum(heights)),
+                             gridspec_kw={"height_ratios": heights})
+    for ax in axes[0][1:]:
+        ax.sharex(axes[0][0])
     for ax, rg in zip(axes[0], regimes):
         for st in strategies:
             sel = sorted((r for r in rows if r["strategy"] == st and r["availability"] == rg),
@@ -870,14 +920,14 @@ def plot_time_to_target(rows: list[dict], strategies: list[str], regimes: list[s
                         xmax = max(xmax, end)
             reached = [r["time_to_target_h"] for r in sel if r["time_to_target_h"] is not None]
             stats = hours_stats(reached)
-            if stats["mean"] is not None:
+            centre = stats["geomean"]
+            if centre is not None:
                 if stats["ci95_low"] is not None:
-                    ax.errorbar(stats["mean"], y + 0.3, xerr=[[stats["mean"] - stats["ci95_low"]],
-                                                              [stats["ci95_high"] - stats["mean"]]],
+                    ax.errorbar(centre, y + 0.3, xerr=[[centre - stats["ci95_low"]], [stats["ci95_high"] - centre]],
                                 fmt="s", color="k", ms=4, capsize=3, lw=1, zorder=4)
                     xmax = max(xmax, stats["ci95_high"])
                 else:
-                    ax.plot(stats["mean"], y + 0.3, "s", color="k", ms=4, zorder=4)
+                    ax.plot(centre, y + 0.3, "s", color="k", ms=4, zorder=4)
             ax.annotate(f"{len(reached)}/{len(sel)}", (1.0, y), xycoords=("axes fraction", "data"), xytext=(4, 0),
                         textcoords="offset points", va="center", fontsize=7)
         ax.set_yticks(np.arange(rows_in), strategies, fontsize=7)
@@ -896,6 +946,11 @@ def plot_time_to_target(rows: list[dict], strategies: list[str], regimes: list[s
               Line2D([], [], ls="", marker="^", mfc="none", mec="0.3", ms=6,
                      label="a seed that did not: at its run's end"),
               Line2D([], [], ls="-", marker="s", color="k", ms=4, lw=1,
-                     label="mean over the seeds that reached it, 95% t interval")]
+                     label="geometric mean over the seeds that reached it, 95% t interval (log scale)")]
+    if ratio_rows:
+        legend.append(Line2D([], [], ls="-", marker="D", color="0.3", ms=4, lw=1.2,
+                             label=f"below: the geometric mean of the per-seed ratios, 95% t interval (> 1: "
+                                   f"{reference} faster)"))
+        _paired_ratio_panels(axes[1], rows, others, regimes, reference, styles)
     _legend_below(fig, legend, [h.get_label() for h in legend])
     return _save(fig, out / "time_to_target.png")
