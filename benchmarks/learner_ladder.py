@@ -65,6 +65,7 @@ READINGS = {
     "as-run": ["semantics=paper_code", "reading.small_clients=zero_step_reference", "max_virtual_hours=6"],
     "described": [],
 }
+SNAPSHOT_MINUTES = 10  # a cell of the paper's CNN runs for hours on 2 cores: a killed ladder resumes it from here
 REFERENCE_SEEDS = (0, 1, 2)
 REFERENCE_STEPS = 375  # one epoch of the 12,000-image subset at batch 32
 # (learners, readings, strategies, seeds), run in this order: what the conclusion needs first
@@ -128,6 +129,7 @@ def matrix_argv(model: str, reading: str, strategies: list[str], seeds: list[int
     argv = ["--scenario", SCENARIO, "--strategies", ",".join(strategies), "--regimes", ",".join(REGIMES),
             "--ablations", "", "--seeds", ",".join(map(str, seeds)), "--workers", str(workers),
             "--budget-s", str(budget_s), "--out", str(out / f"{model}-{reading}"),
+            "--snapshot-minutes", str(SNAPSHOT_MINUTES),
             "--set", f"model={model}", "--set", f"target_accuracy={target}"]
     for kv in READINGS[reading]:
         argv += ["--set", kv]

@@ -232,6 +232,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--budget-s", type=float, default=float("inf"), help="stop starting cells after this long")
     ap.add_argument("--cell-budget-s", type=float, default=None,
                     help="stop each cell after this much wall time (stop reason wall_budget; the table says so)")
+    ap.add_argument("--snapshot-minutes", type=float, default=None,
+                    help="each cell snapshots every M minutes of wall time: a matrix killed outright resumes its "
+                         "running cells from there (not with --batch or --executor ray)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--out", default="results/paper-matrix")
     ap.add_argument("--json", help="write the rows and the table here")
@@ -266,7 +269,7 @@ def main(argv=None) -> dict:
     rows = run_matrix(base, [], [], [], out, progress=False, workers=args.workers, cells=cells,
                       deadline=time.time() + args.budget_s, plot=False, cell_budget_s=args.cell_budget_s,
                       batch=1 if args.workers > 1 and args.batch is None else batch, executor=args.executor,
-                      ray_address=args.ray_address)
+                      ray_address=args.ray_address, snapshot_minutes=args.snapshot_minutes)
     finished = {(r["strategy"], r["availability"], r["seed"]) for r in rows}
     skipped = [f"{st}/{rg}/seed{sd}" for st, rg, sd in cells if (st, rg, sd) not in finished]
     table = fidelity_table(rows, every, all_regimes, base.dataset)

@@ -277,6 +277,49 @@ def test_a_matrix_cell_stopped_by_a_signal_is_resumed_not_taken_as_finished(tmp_
 
 
 
+def test_a_matrix_cell_killed_outright_resumes_from_its_periodic_snapshot(tmp_path, monkeypatch):
+    """``snapshot_minutes``: a cell killed outright (no summary, no stop snapshot) continues from its last
+    periodic snapshot, to the uninterrupted cell's results; without one it starts again."""
+    import felix_jax.experiment.compare as compare
+    from felix_jax.experiment import get_preset
+    from felix_jax.experiment.compare import run_matrix
+    from felix_jax.fleet.simulator import FleetSimulator
+
+    base = get_preset("tiny").with_overrides({"max_aggregations": "8", "target_accuracy": "none"})
+    ref = run_matrix(base, ["fedbuff"], ["avail50"], [0], tmp_path / "ref", progress=False, plot=False)
+    original = FleetSimulator._checkpoint
+
+    class Killed(BaseException):  # what kill -9 leaves: nothing written after the last periodic snapshot
+        pass
+
+    def killed_at_version_5(self):
+        original(self)
+        if self.version == 5:
+            raise Killed
+
+    monkeypatch.setattr(FleetSimulator, "_checkpoint", killed_at_version_5)
+    with pytest.raises(Killed):  # every wall-clock check is due: a snapshot after each aggregation
+        run_matrix(base, ["fedbuff"], ["avail50"], [0], tmp_path / "m", progress=False, plot=False,
+                   snapshot_minutes=1e-9)
+    cell_dir = tmp_path / "m" / "runs" / "fedbuff-avail50-seed0"
+    assert not (cell_dir / "summary.json").exists() and (cell_dir / "snapshot" / "LATEST").is_file()
+    monkeypatch.setattr(FleetSimulator, "_checkpoint", original)
+    resumed = []
+    real_run = compare.run
+    monkeypatch.setattr(compare, "run", lambda *a, **k: resumed.append(k["resume"]) or real_run(*a, **k))
+    done = run_matrix(base, ["fedbuff"], ["avail50"], [0], tmp_path / "m", progress=False, plot=False,
+                      snapshot_minutes=1e-9)
+    assert resumed == [True] and done[0]["stop_reason"] == "max_aggregations" and done[0]["aggregations"] == 8
+    cell = "runs/fedbuff-avail50-seed0/metrics.csv"
+    assert ref and (tmp_path / "m" / cell).read_bytes() == (tmp_path / "ref" / cell).read_bytes()
+    # another scenario's snapshot is not resumed: that cell is refused as changed, as before
+    with pytest.raises(compare.CellChanged):
+        run_matrix(base.with_overrides({"max_aggregations": "9"}), ["fedbuff"], ["avail50"], [0], tmp_path / "m",
+                   progress=False, plot=False)
+    with pytest.raises(ValueError, match="snapshot_minutes"):
+        run_matrix(base, ["fedbuff"], ["avail50"], [0], tmp_path / "b", batch=2, snapshot_minutes=1.0)
+
+
 def test_pooled_cells_and_the_table_against_hand_computed_values(tmp_path):
     from felix_jax.experiment.compare import _sig, comparison_table, pool_cells
 
@@ -294,9 +337,12 @@ def test_pooled_cells_and_the_table_against_hand_computed_values(tmp_path):
     assert (fedbuff["reached"], fedbuff["hours_mean"], fedbuff["hours_std"]) == (1, 3.0, None)
     table = comparison_table(rows, ["felix", "fedbuff"], ["avail50"], target=0.5).splitlines()
     assert "accuracy 0.5" in table[0] and "seeds 0,1" in table[0]
-    # 95% t interval: 1.5 -+ 12.706 * 0.7071 / sqrt(2) = [-4.85, 7.85]
-    assert table[2].split() == ["avail50", "felix", "2/2", "1.50", "0.707", "[-4.85,", "7.85]", "x1.00", "-",
+    # 95% t interval on the log scale: logs 0, 0.6931 (mean 0.3466, std 0.4901):
+    # exp(0.3466 -+ 12.706 * 0.4901 / sqrt(2)) = [0.0173, 116]
+    assert table[2].split() == ["avail50", "felix", "2/2", "1.50", "0.707", "[0.0173,", "116]", "x1.00", "-", "-",
                                 "3.00", "-"]
-    # a seed missed it: no ratio of means; FeLiX reached it alone on seed 1: its win
-    assert table[3].split() == ["avail50", "fedbuff", "1/2", "3.00", "-", "-", "-", "2/2", "1.00", "3.00,", "-"]
+    # a seed missed it: no ratio of means; the paired verdict over the one seed both reached (3 / 1);
+    # FeLiX reached it alone on seed 1: its win
+    assert table[3].split() == ["avail50", "fedbuff", "1/2", "3.00", "-", "-", "-", "x3.00", "n=1", "2/2", "1.00",
+                                "3.00,", "-"]
     assert [_sig(x) for x in (0.021666, 1.4551, 123.4, 0.0)] == ["0.0217", "1.46", "123", "0"]

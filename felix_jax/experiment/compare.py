@@ -180,15 +180,29 @@ def _interrupted_with_snapshot(run_dir: Path) -> bool:
     return summary.get("stop_reason") == "interrupted" and (run_dir / "snapshot" / "LATEST").is_file()
 
 
+def _killed_with_snapshot(sc: Scenario, run_dir: Path) -> bool:
+    """A cell of this scenario killed outright (no summary) after one of its periodic snapshots."""
+    if (run_dir / "summary.json").exists() or not (run_dir / "snapshot" / "LATEST").is_file():
+        return False
+    try:
+        stored = json.loads((run_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return same_scenario(stored.get("scenario") if isinstance(stored, dict) else None, sc)
+
+
 def _run_cell(sc: Scenario, run_dir: Path, progress: bool, deadline: float = math.inf,
-              plot: bool = True, cell_budget_s: float | None = None) -> dict | None:
+              plot: bool = True, cell_budget_s: float | None = None,
+              snapshot_minutes: float | None = None) -> dict | None:
     """One cell's summary; None if it would start after ``deadline`` (``time.time()``). A cell that a
-    signal stopped (its snapshot written at the stop) continues from there; any other unfinished cell
-    (killed outright) starts again."""
+    signal stopped (its snapshot written at the stop) continues from there, and so does one killed
+    outright after a periodic snapshot (``snapshot_minutes``: one every that many minutes of wall
+    time); any other unfinished cell starts again."""
     if time.time() > deadline:
         return None
-    resume = _interrupted_with_snapshot(run_dir)
-    return run(sc, run_dir, progress=progress, plot=plot, wall_budget_s=cell_budget_s, resume=resume).summary
+    resume = _interrupted_with_snapshot(run_dir) or _killed_with_snapshot(sc, run_dir)
+    return run(sc, run_dir, progress=progress, plot=plot, wall_budget_s=cell_budget_s, resume=resume,
+               snapshot_minutes=snapshot_minutes).summary
 
 
 def _row(sc: Scenario, base: Scenario, summary: dict, run_dir: Path, label: str | None = None) -> dict:
@@ -200,7 +214,8 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
                progress: bool = True, log: Callable[[str], None] = print, resume: bool = True,
                workers: int = 1, cells: list[tuple[str, str, int]] | None = None,
                deadline: float = math.inf, plot: bool = True, cell_budget_s: float | None = None,
-               batch: int = 1, executor: str = "local", ray_address: str | None = None) -> list[dict]:
+               batch: int = 1, executor: str = "local", ray_address: str | None = None,
+               snapshot_minutes: float | None = None) -> list[dict]:
     """Runs every (strategy, regime, seed) cell (or the given ``cells``) and writes ``summary.csv``.
 
     ``resume``: a cell whose folder already holds this scenario's ``config.json`` and a
@@ -214,6 +229,9 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
     in this process, their device calls shared (``experiment/sweep.py``; same results; with
     ``workers``, not both). ``executor="ray"``: the batches run as Ray tasks
     (``ray_executor.py``; ``ray_address`` of the cluster, None: ``RAY_ADDRESS`` or a local instance).
+    ``snapshot_minutes``: each cell (cell by cell or in ``workers``) snapshots every that many minutes of
+    wall time, so that a matrix killed outright (``kill -9``, a machine stopped) resumes its running
+    cells from their last snapshot, not from the start.
     """
     todo = cells if cells is not None else [(st, rg, sd) for rg in regimes for st in strategies for sd in seeds]
     scenarios = []
@@ -240,6 +258,8 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
             pending.append(i)
     if batch > 1 and workers > 1:
         raise ValueError("batch and workers: choose one (a batch shares one process's device calls)")
+    if snapshot_minutes is not None and (batch > 1 or executor == "ray"):
+        raise ValueError("snapshot_minutes: cell by cell or with workers (a sweep batch snapshots at a stop only)")
     if executor not in ("local", "ray"):
         raise ValueError(f"executor must be 'local' or 'ray', got {executor!r}")
     if (executor == "ray" or batch > 1) and pending:
@@ -280,7 +300,7 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
                 if cells_bar is not None:
                     cells_bar.set_postfix_str(f"{labels[i]}/{regime_label(sc.availability)}/seed{sc.seed}")
                 run_dir = cell_dir(out, labels[i], sc.availability, sc.seed)
-                summary = _run_cell(sc, run_dir, progress, deadline, plot, cell_budget_s)
+                summary = _run_cell(sc, run_dir, progress, deadline, plot, cell_budget_s, snapshot_minutes)
                 rows[i] = None if summary is None else _row(sc, base, summary, run_dir, labels[i])
                 walls.append(time.perf_counter() - started)
                 if cells_bar is not None:
@@ -295,7 +315,7 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
             futures = {pool.submit(_run_cell, scenarios[i], cell_dir(out, labels[i],
                                    scenarios[i].availability, scenarios[i].seed), False, deadline, plot,
-                                   cell_budget_s): i
+                                   cell_budget_s, snapshot_minutes): i
                        for i in pending}
             started = time.perf_counter()
             for n, fut in enumerate(as_completed(futures), 1):
