@@ -30,6 +30,12 @@
 #                       run), the main strategies and felix-no-eval / felix-no-tierfuse on MobiPerf, seeds
 #                       SPEECH_SEEDS (0), SPEECH_CELL_S seconds and SPEECH_HOURS virtual hours (8) per cell.
 #                       Runs before step 4 when SPEECH_FIRST=1; SKIP_SPEECH=1 skips it.
+#   6. ladder/        - benchmarks/learner_ladder.py: cifar10-longhorizon's fleet at cifar_cnn_tiny, cifar_cnn_narrow
+#                       and the paper's cifar_cnn, each at its committed target (benchmarks/learner_ladder/
+#                       targets.json, fixed before any federated cell), FeLiX, OORT+Async* and OORT* on MobiPerf
+#                       and 50%, both readings, seeds 0-2, WORKERS cells at a time, none started after LADDER_S
+#                       seconds (default MATRIX_S); resumable (cells snapshot every 10 minutes). SKIP_LADDER=1
+#                       skips it; LADDER_FIRST=1 runs it before step 1.
 #
 # Needs FELIX_JAX_DATA (CIFAR-10, Speech Commands and the reference traces). Settings (environment): OUT, PYTHON,
 # EVAL_S (45), WORKERS (8), CELL_S (75), MATRIX_S (270), SEEDS (0,1), MAX_HOURS (1.0), REGIMES,
@@ -58,6 +64,13 @@ mkdir -p "$OUT"
 "$PYTHON" -c "import jax, json, sys; json.dump({'jax': jax.__version__, 'backend': jax.default_backend(),
 'devices': [d.device_kind for d in jax.devices()]}, open(sys.argv[1], 'w'))" "$OUT/env.json"
 cat "$OUT/env.json"; echo
+
+ladder_step() {
+echo "== 6. the learner ladder (tiny, narrow, the paper's CNN at their committed targets), both readings"
+"$PYTHON" benchmarks/learner_ladder.py --workers "$WORKERS" --budget-s "${LADDER_S:-$MATRIX_S}" --out "$OUT/ladder" \
+  --json "$OUT/ladder.json" 2>&1 | grep -v "^\[" | tail -40
+}
+[ "${SKIP_LADDER:-0}" != 1 ] && [ "${LADDER_FIRST:-0}" = 1 ] && ladder_step
 
 EVAL_PRESET=${EVAL_PRESET:-cifar10-paper}
 EVAL_AVAIL=${EVAL_AVAIL:-mobiperf}
@@ -126,7 +139,9 @@ LH_HOURS=${LH_HOURS:-6}
 LH_CELL_S=${LH_CELL_S:-240}
 LH_SEEDS=${LH_SEEDS:-0}
 echo "== 3. long horizon at $LH_MODEL: target from a centralized reference (one epoch, seeds 0-2)"
-TARGET=$(reference_target cifar10-longhorizon "$LH_MODEL" 375 longhorizon)
+# a learner of the ladder has its target committed (the same rule on cifar10-fidelity's 500 test images)
+TARGET=$("$PYTHON" -c "import json, sys; print(json.load(open('benchmarks/learner_ladder/targets.json'))['targets']
+[sys.argv[1]]['target_accuracy'])" "$LH_MODEL" 2>/dev/null || reference_target cifar10-fidelity "$LH_MODEL" 375 longhorizon)
 echo "target $TARGET"
 "$PYTHON" benchmarks/paper_matrix.py --scenario cifar10-longhorizon --seeds "$LH_SEEDS" --regimes "$REGIMES" \
   --strategies "$STRATEGIES" --ablations felix-no-eval,felix-no-tierfuse,felix-oracle,oort-async-step-matched \
@@ -170,4 +185,5 @@ for sem in paper paper_code; do
 done
 fi
 [ "${SKIP_SPEECH:-0}" != 1 ] && [ "${SPEECH_FIRST:-0}" != 1 ] && speech_step
+[ "${SKIP_LADDER:-0}" != 1 ] && [ "${LADDER_FIRST:-0}" != 1 ] && ladder_step
 exit 0
