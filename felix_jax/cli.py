@@ -240,7 +240,7 @@ def _enable_cache(command: str) -> None:
 
 
 def _run_locked(args, scenario, out: Path, created: bool, snapshots: dict) -> int:
-    from .experiment.results import holds_run_results, remove_if_unused
+    from .experiment.results import OutputDirError, holds_run_results, remove_if_unused
     from .experiment.runner import run
 
     print(f"felix-jax run: {scenario.name} | strategy {scenario.strategy} | availability {scenario.availability} "
@@ -254,7 +254,7 @@ def _run_locked(args, scenario, out: Path, created: bool, snapshots: dict) -> in
         if created and e.stopped_after is None and e.no_snapshot is None:  # it failed while the run was built
             remove_if_unused(out)
         raise SystemExit(f"felix-jax run: {_plugin_stop(e, out, kept, _traceback_asked(args))}")
-    except USER_ERRORS as e:
+    except (*USER_ERRORS, OutputDirError) as e:
         if created:  # refused before it wrote anything: leave no empty folder
             remove_if_unused(out)
         raise SystemExit(f"felix-jax run: {_one_line(e)}{kept}")

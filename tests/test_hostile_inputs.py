@@ -1045,3 +1045,17 @@ def test_work_lost_a_compare_cell_a_plugin_stopped_is_resumed_not_taken_as_finis
     cell = cell_dir(out, sc.strategy, sc.availability, sc.seed)
     assert json.loads((cell / "summary.json").read_text())["stop_reason"] == "plugin_error"
     assert (cell / "snapshot" / "LATEST").is_file() and finished_summary(sc, cell) is None
+
+
+# ------------------------------------------------------------------ a folder of files felix-jax did not write
+def test_traceback_run_into_a_folder_of_foreign_results_files_is_one_line(tmp_path):
+    mine = tmp_path / "mine"
+    (mine / "snapshot").mkdir(parents=True)
+    (mine / "metrics.csv").write_text("day,steps\n1,5000\n")
+    (mine / "snapshot" / "notes.txt").write_text("mine")
+    refused(["run", *TINY, "--out", str(mine)], str(mine), "metrics.csv, snapshot/", "felix-jax did not write",
+            "move them or choose another --out")
+    assert sorted(p.name for p in mine.iterdir() if not p.name.startswith(".")) == ["metrics.csv", "snapshot"]
+    assert (mine / "metrics.csv").read_text() == "day,steps\n1,5000\n"
+    (mine / "config.json").write_text('{"strategy": "felix"}')  # a scenario file of the user's: not a run's
+    refused(["run", *TINY, "--out", str(mine)], "config.json, metrics.csv, snapshot/", "felix-jax did not write")
