@@ -15,7 +15,7 @@ from pathlib import Path
 from .options import OptionError
 from .fleet.lifecycle import UnsettledTaskError
 from .fleet.simulator import PolicyError
-from .fleet.snapshot import SnapshotError
+from .fleet.snapshot import SnapshotError, SnapshotWriteError
 from .plugin_calls import PluginError
 from .traces import DataFileError
 
@@ -257,6 +257,8 @@ def _run_locked(args, scenario, out: Path, created: bool, snapshots: dict) -> in
     except (*USER_ERRORS, OutputDirError) as e:
         if created:  # refused before it wrote anything: leave no empty folder
             remove_if_unused(out)
+        if isinstance(e, SnapshotWriteError) and e.kept and not replacing:  # the run stops at its last snapshot
+            kept = f"; continue it from there with: felix-jax run --resume {out}"
         raise SystemExit(f"felix-jax run: {_one_line(e)}{kept}")
     except KeyboardInterrupt:  # a second interrupt: stopped at once, metrics.csv holds what was reached
         print("felix-jax run: interrupted twice, stopped at once; " + (

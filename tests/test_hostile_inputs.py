@@ -1059,3 +1059,87 @@ def test_traceback_run_into_a_folder_of_foreign_results_files_is_one_line(tmp_pa
     assert (mine / "metrics.csv").read_text() == "day,steps\n1,5000\n"
     (mine / "config.json").write_text('{"strategy": "felix"}')  # a scenario file of the user's: not a run's
     refused(["run", *TINY, "--out", str(mine)], "config.json, metrics.csv, snapshot/", "felix-jax did not write")
+
+
+# ------------------------------------------------------------------ a snapshot that cannot be written mid-run
+_DISK_FILLS_UP = """
+import collections
+import shutil
+import sys
+
+import felix_jax.fleet.simulator as simulator
+from felix_jax.cli import main
+
+save, disk_usage = simulator.save_snapshot, shutil.disk_usage
+
+def save_then_fill_the_disk(sim, path, keep=2):
+    out = save(sim, path, keep=keep)
+    full = collections.namedtuple("usage", "total used free")
+    shutil.disk_usage = lambda p: full(disk_usage(p).total, disk_usage(p).total, 0)  # from now on, no room
+    return out
+
+simulator.save_snapshot = save_then_fill_the_disk
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_traceback_a_disk_that_fills_up_during_snapshot_every_1_is_one_line_and_resumes(tmp_path):
+    """--snapshot-every 1 on a disk that fills up after the first snapshot: the run ends in one line
+    naming the disk, the file and the snapshot kept; nothing is left of the failed write, no thread
+    prints at exit, and --resume then finishes it as an uninterrupted run."""
+    import subprocess
+    import sys
+
+    driver = tmp_path / "driver.py"
+    driver.write_text(_DISK_FILLS_UP)
+    sets = [*TINY, "--set", "max_aggregations=6"]
+    out = tmp_path / "r"
+    proc = subprocess.run([sys.executable, str(driver), "run", *sets, "--snapshot-every", "1", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("felix-jax run: cannot write snapshot snap-000002-") and "the disk is full" in lines[0]
+    assert "the previous snapshot snap-000001-" in lines[0] and f"felix-jax run --resume {out}" in lines[0]
+    root = out / "snapshot"
+    assert (root / "LATEST").read_text().startswith("snap-000001-") and not list(root.glob(".tmp-snap-*"))
+    assert sorted(p.name for p in root.iterdir()) == ["LATEST", (root / "LATEST").read_text().strip()]
+    assert main(["run", "--resume", str(out), "--quiet"]) == 0
+    assert main(["run", *sets, "--out", str(tmp_path / "ref")]) == 0
+    assert (out / "metrics.csv").read_bytes() == (tmp_path / "ref" / "metrics.csv").read_bytes()
+
+
+def test_traceback_a_snapshot_that_cannot_fit_is_refused_before_orbax_writes(tmp_path, monkeypatch):
+    import collections
+    import errno
+    import resource
+
+    import felix_jax.fleet.snapshot as snapshot
+
+    monkeypatch.setattr(snapshot, "_device_checkpointer", lambda: pytest.fail("orbax started a write"))
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(snapshot.shutil, "disk_usage", lambda p: usage(10 ** 9, 10 ** 9 - 5000, 5000))
+    with pytest.raises(OSError) as info:
+        snapshot._save_device(tmp_path / "device", {"d0": jax.numpy.zeros(1000)})
+    assert info.value.errno == errno.ENOSPC and "the arrays take 4,000 bytes, 5,000 are free" in info.value.filename
+    monkeypatch.setattr(snapshot.shutil, "disk_usage", lambda p: usage(10 ** 12, 0, 10 ** 12))
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (2000, resource.RLIM_INFINITY))  # ulimit -f
+    with pytest.raises(OSError) as info:
+        snapshot._save_device(tmp_path / "device", {"d0": jax.numpy.zeros(1000)})
+    assert info.value.errno == errno.EFBIG and "over this process's limit of 2,000 bytes" in info.value.filename
+
+
+def test_traceback_orbax_s_disk_full_error_names_the_disk_and_the_file(tmp_path):
+    import errno
+
+    from felix_jax.fleet.snapshot import _as_os_error, _write_failed
+
+    orbax_error = ValueError('RESOURCE_EXHAUSTED: Error writing "d5/0.0.0" in OCDBT database at local file '
+                             '"/x/snapshot/.tmp-snap-000002-000000004-1/device/": Failed writing: "/x/snapshot/'
+                             '.tmp-snap-000002-000000004-1/device/d/eeb6": Failed to write 1430867 bytes to file 9: '
+                             "No space left on device [os_error_code='28']")
+    e = _as_os_error(orbax_error, tmp_path)
+    assert e.errno == errno.ENOSPC and e.filename == "/x/snapshot/.tmp-snap-000002-000000004-1/device/d/eeb6"
+    (tmp_path / "LATEST").write_text("snap-000001-000000002\n")
+    message = str(_write_failed(tmp_path, tmp_path / ".tmp-snap-000002-000000004-1", "snap-000002-000000004", e))
+    assert "the disk is full (the file system at /" in message and "device/d/eeb6" in message
+    assert message.endswith("the previous snapshot snap-000001-000000002 is kept")
