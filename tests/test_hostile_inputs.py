@@ -1143,3 +1143,30 @@ def test_traceback_orbax_s_disk_full_error_names_the_disk_and_the_file(tmp_path)
     message = str(_write_failed(tmp_path, tmp_path / ".tmp-snap-000002-000000004-1", "snap-000002-000000004", e))
     assert "the disk is full (the file system at /" in message and "device/d/eeb6" in message
     assert message.endswith("the previous snapshot snap-000001-000000002 is kept")
+
+
+# ------------------------------------------------------------------ tfds data sets: the extra, or one line naming it
+def test_traceback_a_tfds_data_set_without_the_tfds_extra_is_one_line_naming_it(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "importlib_resources", None)  # as on a default install (no tfds extra)
+    out = tmp_path / "o"
+    refused(["run", *TINY, "--set", "dataset=tfds:mnist", "--out", str(out)], "dataset=tfds:mnist needs the tfds "
+            "extra", "missing here: ", "importlib_resources", 'pip install "felix-jax[tfds]"')
+    refused(["run", *TINY, "--set", "dataset=cifar10_tfds", "--out", str(out)], "dataset=cifar10_tfds",
+            "needs the tfds extra", 'pip install "felix-jax[tfds]"')
+    assert not out.exists()
+
+
+def test_traceback_a_tfds_data_set_that_tfds_cannot_load_is_one_line(tmp_path, monkeypatch):
+    import types
+
+    import felix_jax.data.user as user
+
+    def load(name, **kwargs):  # what tfds does offline for a set it has not prepared yet
+        raise ConnectionError(f"Failed to download {name}: no network\nretry later")
+
+    monkeypatch.setattr(user, "import_tfds", lambda what: types.SimpleNamespace(load=load))
+    refused(["run", *TINY, "--set", "dataset=tfds:mnist", "--out", str(tmp_path / "o")],
+            "dataset=tfds:mnist: tensorflow-datasets could not load it (ConnectionError: Failed to download mnist: "
+            "no network)")
