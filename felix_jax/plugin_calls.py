@@ -36,13 +36,16 @@ class PluginError(RuntimeError):
     plugin's own innermost frame) and ``error`` (what it raised, also the ``__cause__``)."""
 
     def __init__(self, what: str, where: str, error: BaseException, detail: str | None = None):
-        self.what, self.where, self.error = what, where, error
+        self.what, self.where, self.error, self.detail = what, where, error, detail
         # what a run it stopped kept (set by experiment/runner.py): the aggregations its results hold,
         # its stop snapshot, or why it has none
         self.stopped_after: int | None = None
         self.snapshot = None
         self.no_snapshot: str | None = None
         super().__init__(f"{what} failed at {where}: {detail or describe(error)}")
+
+    def __reduce__(self):  # pickled whole (a sweep's Ray task sends it back)
+        return type(self), (self.what, self.where, self.error, self.detail), self.__dict__
 
 
 def describe(error: BaseException) -> str:

@@ -977,6 +977,25 @@ def test_traceback_a_failing_plugin_prints_one_line_and_its_stack_only_on_reques
     assert 'raise NotImplementedError("the output layer is still to write")' in capsys.readouterr().err
 
 
+def test_traceback_a_plugin_error_keeps_what_it_says_through_pickle():
+    import pickle
+
+    from felix_jax.fleet.snapshot import SnapshotWriteError
+    from felix_jax.plugin_calls import PluginError, guarded
+
+    def weights(info):
+        raise ZeroDivisionError("no fresh update")
+
+    with pytest.raises(PluginError) as info:
+        guarded("aggregator 'mine'.weights", weights)(None)
+    info.value.stopped_after = 3
+    back = pickle.loads(pickle.dumps(info.value))  # as a sweep's Ray task returns it
+    assert str(back) == str(info.value) and back.what == "aggregator 'mine'.weights" and back.stopped_after == 3
+    assert f"test_hostile_inputs.py:{weights.__code__.co_firstlineno + 1}" in str(back)
+    again = pickle.loads(pickle.dumps(SnapshotWriteError("cannot write snapshot x", "snap-1")))
+    assert str(again) == "cannot write snapshot x" and again.kept == "snap-1"
+
+
 _FLAKY_SELECTOR = """
 import numpy as np
 from felix_jax import plugins

@@ -67,9 +67,12 @@ class SnapshotWriteError(SnapshotError):
     """A snapshot that could not be written (a full disk, a quota...); ``kept``: the name of the
     previous snapshot, which stays and resumes the run (None: there is none)."""
 
-    def __init__(self, message: str, kept: str | None):
+    def __init__(self, message: str, kept: str | None = None):
         super().__init__(message)
         self.kept = kept
+
+    def __reduce__(self):
+        return type(self), (str(self), self.kept)
 
 
 @dataclasses.dataclass(frozen=True)
