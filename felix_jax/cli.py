@@ -6,18 +6,24 @@ import argparse
 import contextlib
 import json
 import math
+import os
 import signal
 import sys
+import traceback
 from pathlib import Path
 
 from .options import OptionError
 from .fleet.lifecycle import UnsettledTaskError
 from .fleet.simulator import PolicyError
-from .fleet.snapshot import SnapshotError
+from .fleet.snapshot import SnapshotError, SnapshotWriteError
+from .plugin_calls import PluginError
 from .traces import DataFileError
 
 # what a run or its inputs may raise that is the user's to fix: reported in one line, no traceback
-USER_ERRORS = (OSError, KeyError, DataFileError, OptionError, SnapshotError, PolicyError, UnsettledTaskError)
+# (the whole stack on request: --traceback or FELIX_JAX_TRACEBACK=1)
+USER_ERRORS = (OSError, KeyError, DataFileError, OptionError, SnapshotError, PolicyError, UnsettledTaskError,
+               PluginError)
+TRACEBACK_ENV = "FELIX_JAX_TRACEBACK"
 
 
 def _one_line(e: BaseException) -> str:
@@ -234,7 +240,7 @@ def _enable_cache(command: str) -> None:
 
 
 def _run_locked(args, scenario, out: Path, created: bool, snapshots: dict) -> int:
-    from .experiment.results import holds_run_results, remove_if_unused
+    from .experiment.results import OutputDirError, holds_run_results, remove_if_unused
     from .experiment.runner import run
 
     print(f"felix-jax run: {scenario.name} | strategy {scenario.strategy} | availability {scenario.availability} "
@@ -244,9 +250,15 @@ def _run_locked(args, scenario, out: Path, created: bool, snapshots: dict) -> in
     try:
         result = run(scenario, out, progress=not args.quiet, stop_on_signals=True, resume=bool(args.resume),
                      wall_budget_s=args.wall_budget_s, **snapshots)
-    except USER_ERRORS as e:
+    except PluginError as e:
+        if created and e.stopped_after is None and e.no_snapshot is None:  # it failed while the run was built
+            remove_if_unused(out)
+        raise SystemExit(f"felix-jax run: {_plugin_stop(e, out, kept, _traceback_asked(args))}")
+    except (*USER_ERRORS, OutputDirError) as e:
         if created:  # refused before it wrote anything: leave no empty folder
             remove_if_unused(out)
+        if isinstance(e, SnapshotWriteError) and e.kept and not replacing:  # the run stops at its last snapshot
+            kept = f"; continue it from there with: felix-jax run --resume {out}"
         raise SystemExit(f"felix-jax run: {_one_line(e)}{kept}")
     except KeyboardInterrupt:  # a second interrupt: stopped at once, metrics.csv holds what was reached
         print("felix-jax run: interrupted twice, stopped at once; " + (
@@ -264,6 +276,25 @@ def _run_locked(args, scenario, out: Path, created: bool, snapshots: dict) -> in
     if result.summary["stop_reason"].startswith("diverged"):
         raise SystemExit(f"felix-jax run: {result.summary['stop_reason']}")
     return 0
+
+
+def _plugin_stop(e: PluginError, out: Path, kept: str, traceback_asked: bool) -> str:
+    """What a plugin's error stopped, in one line: the plugin, the call, its file:line and the
+    exception; what the run kept and how to continue it once the plugin is fixed."""
+    whole = "" if traceback_asked else f" (the whole stack: --traceback or {TRACEBACK_ENV}=1)"
+    if e.snapshot is not None:  # stopped like an interrupted run: results so far and a stop snapshot
+        aggregations = f"{e.stopped_after} aggregation{'' if e.stopped_after == 1 else 's'}"
+        return (f"{e}; the run stopped after {aggregations}: its results so far and a stop "
+                f"snapshot are in {out}; fix the plugin, then continue with: felix-jax run --resume {out}{whole}")
+    if e.no_snapshot is not None:
+        so_far = kept or f"; its checkpoints so far are in {out / 'metrics.csv'}"
+        return f"{e}; no stop snapshot: {e.no_snapshot}{so_far}{whole}"
+    return f"{e}{kept}{whole}"
+
+
+def _traceback_asked(args: argparse.Namespace) -> bool:
+    """Whether the whole stack of an error was asked for (``--traceback`` or ``FELIX_JAX_TRACEBACK``)."""
+    return bool(getattr(args, "traceback", False)) or os.environ.get(TRACEBACK_ENV, "").strip() not in ("", "0")
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -358,7 +389,10 @@ def _compare_locked(args, base, strategies, regimes, seeds, out: Path) -> int:
         rows = run_matrix(base, strategies, regimes, seeds, out, progress=not args.quiet, resume=not args.overwrite,
                           batch=batch, executor=args.executor, ray_address=args.ray_address)
     except (*USER_ERRORS, CellChanged, ImportError) as e:  # ImportError: --executor ray without Ray
-        raise SystemExit(f"felix-jax compare: {_one_line(e)}")
+        more = ""
+        if isinstance(e, PluginError) and e.snapshot is not None:  # its cell keeps a stop snapshot
+            more = "; its cell stopped with its results so far: once the plugin is fixed, the same command continues it"
+        raise SystemExit(f"felix-jax compare: {_one_line(e)}{more}")
     except KeyboardInterrupt:  # finished cells are on disk; the same command resumes from them
         print(f"felix-jax compare: interrupted; finished cells are kept in {out}/runs, and the same command "
               "continues from them", file=sys.stderr)
@@ -608,6 +642,10 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("--slot-s", type=float, default=600.0, metavar="S",
                        help="slot length of a synthetic regime (a scenario's slot_s)")
     trace.set_defaults(func=_plot_trace)
+    for command in (run, cmp_, demo, plot, trace):
+        command.add_argument("--traceback", action="store_true",
+                             help=f"with an error, print its whole stack above the one-line message (or set "
+                                  f"{TRACEBACK_ENV}=1)")
     return ap
 
 
@@ -620,7 +658,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":  # --preset defaults to quickstart; --resume refuses one given explicitly
         args.preset_given = args.preset is not None
         args.preset = args.preset or "quickstart"
-    return args.func(args)
+    try:
+        return args.func(args)
+    except SystemExit as stop:  # an error reported in one line; its whole stack above it when asked for
+        if isinstance(stop.code, str) and stop.__context__ is not None and _traceback_asked(args):
+            traceback.print_exception(stop.__context__, file=sys.stderr)
+        raise
 
 
 if __name__ == "__main__":

@@ -218,14 +218,12 @@ def test_a_bad_user_npz_names_the_file(tmp_path):
               "partition=natural", "--quiet", "--out", str(tmp_path / "o")])
 
 
-def test_tfds_data_sets_need_tensorflow_datasets_and_say_so():
-    pytest.importorskip("felix_jax.data.user")
+def test_tfds_data_sets_need_tensorflow_datasets_and_say_so(monkeypatch):
+    import sys
+
     from felix_jax.data.loaders import load_dataset
 
-    try:
-        import tensorflow_datasets  # noqa: F401
-    except ImportError:
-        with pytest.raises(ImportError, match="dataset=tfds:mnist needs tensorflow-datasets"):
-            load_dataset("tfds:mnist")
-    else:
-        pytest.skip("tensorflow-datasets is installed; loading would need the network or a prepared copy")
+    monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)  # a default install: no tfds extra
+    with pytest.raises(ImportError, match=r"dataset=tfds:mnist needs the tfds extra \(tensorflow-datasets, "
+                                          r"TensorFlow and importlib_resources; missing here: tensorflow-datasets"):
+        load_dataset("tfds:mnist")

@@ -825,3 +825,367 @@ def test_traceback_csvs_with_a_byte_order_mark_are_read(tmp_path):
 
     assert load_interval_csv(trace).num_clients == 2
     assert load_device_profile(profile).train_delay_s.tolist() == [10.0, 20.0]
+
+
+# ================================================================== issue 35: the last tracebacks
+# ------------------------------------------------------------------ a failing plugin: its file:line, the run kept
+_FAILING_PLUGINS = {
+    "selector-raises": ("""
+import numpy as np
+from felix_jax import plugins
+from felix_jax.policies import Selector
+
+@plugins.selector("raises-late")
+def make():
+    def select(state, ctx, k):
+        if state > 2:
+            raise ValueError("no client left to pick")  # FAILS
+        return np.flatnonzero(ctx.eligible)[:k], state + 1
+    return Selector("raises-late", lambda: 0, select)
+
+plugins.strategy("raises-late-strategy", mode="async", knowledge="none", selector="raises-late", aggregator="fedbuff")
+""", "strategy=raises-late-strategy",
+        ["selector 'raises-late'.select failed at ", "ValueError: no client left to pick"], True),
+    "aggregator-raises": ("""
+import numpy as np
+from felix_jax import plugins
+from felix_jax.policies import Aggregator
+
+@plugins.aggregator("weights-raise", config=None)
+def make(config):
+    def weights(info):
+        return info.staleness / (info.staleness * 0)[5]  # FAILS
+    return Aggregator("weights-raise", weights)
+
+plugins.strategy("weights-raise-strategy", mode="async", knowledge="none", selector="random",
+                 aggregator="weights-raise")
+""", "strategy=weights-raise-strategy", ["aggregator 'weights-raise'.weights failed at ",
+                                         "IndexError: index 5 is out of bounds"], True),
+    "selector-writes-the-view": ("""
+import numpy as np
+from felix_jax import plugins
+from felix_jax.policies import Selector
+
+@plugins.selector("marks-busy")
+def make():
+    def select(state, ctx, k):
+        ids = np.flatnonzero(ctx.eligible)[:k]
+        ctx.view.busy[ids] = True  # FAILS
+        return ids, state
+    return Selector("marks-busy", lambda: None, select)
+
+plugins.strategy("marks-busy-strategy", mode="async", knowledge="none", selector="marks-busy", aggregator="fedbuff")
+""", "strategy=marks-busy-strategy", ["selector 'marks-busy'.select failed at ",
+                                      "it wrote to ctx.view.busy, which is read-only to policies",
+                                      "assignment destination is read-only", "init() returns"], False),
+    "selector-writes-eligible": ("""
+import numpy as np
+from felix_jax import plugins
+from felix_jax.policies import Selector
+
+@plugins.selector("drops-first")
+def make():
+    def select(state, ctx, k):
+        pool = ctx.eligible
+        if state >= 2:
+            pool[np.argmax(pool)] = False  # FAILS
+        return np.flatnonzero(pool)[:k], state + 1
+    return Selector("drops-first", lambda: 0, select)
+
+plugins.strategy("drops-first-strategy", mode="async", knowledge="none", selector="drops-first", aggregator="fedbuff")
+""", "strategy=drops-first-strategy", ["selector 'drops-first'.select failed at ",
+                                       "it wrote to ctx.eligible, which is read-only to policies", "init() returns"],
+        True),
+    "model-factory-raises": ("""
+from felix_jax import plugins
+
+@plugins.model("not-built")
+def make_not_built(input_shape, num_classes):
+    raise NotImplementedError("the output layer is still to write")  # FAILS
+""", "model=not-built", ["model 'not-built' factory make_not_built() failed at ",
+                         "NotImplementedError: the output layer is still to write"], False),
+}
+
+
+@pytest.fixture
+def own_registries():
+    """The registries of selectors, aggregators, strategies and models as they were before the test:
+    the names its plugins register do not reach the tests that go over every registered entry."""
+    from felix_jax.experiment.registry import MODELS
+    from felix_jax.experiment.strategies import STRATEGIES
+    from felix_jax.policies.aggregators import AGGREGATOR_OPTIONS, AGGREGATORS
+    from felix_jax.policies.selectors import SELECTOR_OPTIONS, SELECTORS
+
+    tables = (MODELS, STRATEGIES, AGGREGATORS, AGGREGATOR_OPTIONS, SELECTORS, SELECTOR_OPTIONS)
+    saved = [dict(t) for t in tables]
+    yield
+    for table, before in zip(tables, saved):
+        table.clear()
+        table.update(before)
+
+
+def _plugin_file(folder, source: str):
+    """``source`` written to ``folder/plugin.py``; returns (path, 'path:line' of its line marked FAILS)."""
+    path = folder / "plugin.py"
+    path.write_text(source)
+    line = next(i for i, text in enumerate(source.splitlines(), start=1) if "# FAILS" in text)
+    return path, f"{path}:{line}"
+
+
+@pytest.mark.parametrize("case", list(_FAILING_PLUGINS))
+@pytest.mark.usefixtures("own_registries")
+def test_traceback_a_failing_plugin_is_one_line_naming_its_file_and_line(tmp_path, case):
+    source, choice, expected, mid_run = _FAILING_PLUGINS[case]
+    plugin, where = _plugin_file(tmp_path, source)
+    out = tmp_path / "r"
+    message = refused(["run", *TINY, "--set", "max_aggregations=6", "--set", f"plugins={plugin}", "--set", choice,
+                       "--out", str(out)], *expected, f"failed at {where}: ", "--traceback or FELIX_JAX_TRACEBACK=1")
+    if mid_run:  # stopped as a signal stops a run: its results so far and a stop snapshot, resumable
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["stop_reason"] == "plugin_error" and summary["aggregations"] < 6
+        assert (out / "snapshot" / "LATEST").is_file() and f"felix-jax run --resume {out}" in message
+    else:  # failed before the run's first event: nothing to keep, no folder left behind
+        assert not out.exists(), sorted(p.name for p in out.iterdir())
+
+
+@pytest.mark.usefixtures("own_registries")
+def test_traceback_a_failing_plugin_prints_one_line_and_its_stack_only_on_request(tmp_path, capsys):
+    import subprocess
+    import sys
+
+    source, choice, expected, _ = _FAILING_PLUGINS["selector-raises"]
+    plugin, where = _plugin_file(tmp_path, source.replace("raises-late", "raises-late-cli"))
+    argv = [sys.executable, "-m", "felix_jax.cli", "run", *TINY, "--set", f"plugins={plugin}",
+            "--set", choice.replace("raises-late", "raises-late-cli"), "--set", "max_aggregations=6"]
+    env = {k: v for k, v in os.environ.items() if k != "FELIX_JAX_TRACEBACK"}
+    proc = subprocess.run([*argv, "--out", str(tmp_path / "r")], capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and f"failed at {where}: ValueError" in proc.stderr
+    proc = subprocess.run([*argv, "--out", str(tmp_path / "r2")], capture_output=True, text=True, timeout=600,
+                          env={**env, "FELIX_JAX_TRACEBACK": "1"})
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and "Traceback (most recent call last)" in proc.stderr
+    assert f'File "{plugin}", line {where.rsplit(":", 1)[1]}, in select' in proc.stderr and "felix_jax" in proc.stderr
+    assert lines[-1].startswith("felix-jax run: selector 'raises-late-cli'.select failed at") \
+        and "--traceback or" not in lines[-1]
+    # in this process, --traceback alike
+    (tmp_path / "other").mkdir()
+    other, _ = _plugin_file(tmp_path / "other", _FAILING_PLUGINS["model-factory-raises"][0].replace("not-built", "nb2"))
+    capsys.readouterr()
+    refused(["run", *TINY, "--set", f"plugins={other}", "--set", "model=nb2", "--out", str(tmp_path / "r3"),
+             "--traceback"], "model 'nb2' factory")
+    assert 'raise NotImplementedError("the output layer is still to write")' in capsys.readouterr().err
+
+
+def test_traceback_a_plugin_error_keeps_what_it_says_through_pickle():
+    import pickle
+
+    from felix_jax.fleet.snapshot import SnapshotWriteError
+    from felix_jax.plugin_calls import PluginError, guarded
+
+    def weights(info):
+        raise ZeroDivisionError("no fresh update")
+
+    with pytest.raises(PluginError) as info:
+        guarded("aggregator 'mine'.weights", weights)(None)
+    info.value.stopped_after = 3
+    back = pickle.loads(pickle.dumps(info.value))  # as a sweep's Ray task returns it
+    assert str(back) == str(info.value) and back.what == "aggregator 'mine'.weights" and back.stopped_after == 3
+    assert f"test_hostile_inputs.py:{weights.__code__.co_firstlineno + 1}" in str(back)
+    again = pickle.loads(pickle.dumps(SnapshotWriteError("cannot write snapshot x", "snap-1")))
+    assert str(again) == "cannot write snapshot x" and again.kept == "snap-1"
+
+
+_FLAKY_SELECTOR = """
+import numpy as np
+from felix_jax import plugins
+from felix_jax.policies import Selector
+
+BROKEN = {broken}
+
+@plugins.selector("{name}")
+def make():
+    def select(state, ctx, k):
+        state = state + 1
+        if BROKEN and state == 9:
+            raise KeyError("bucket 9")
+        ids = np.flatnonzero(ctx.eligible)
+        return ctx.rng.permutation(ids)[:k], state
+    return Selector("{name}", lambda: 0, select)
+
+plugins.strategy("{name}-strategy", mode="async", knowledge="none", selector="{name}", aggregator="fedbuff")
+"""
+
+
+@pytest.mark.parametrize("snapshots", [[], ["--snapshot-every", "2"]], ids=["no-snapshot-flags", "snapshot-every-2"])
+@pytest.mark.usefixtures("own_registries")
+def test_work_lost_a_run_a_plugin_stopped_resumes_to_the_fixed_plugins_results(tmp_path, snapshots):
+    """A plugin that raises mid-run stops it with its results so far and a stop snapshot (the state
+    after its last whole event); once the plugin is fixed, --resume finishes the run with the files of
+    an uninterrupted run with the fixed plugin."""
+    import subprocess
+    import sys
+
+    name = f"flaky-{len(snapshots)}"  # a name per case: this process keeps every plugin it loaded
+    plugin = tmp_path / "flaky.py"
+    plugin.write_text(_FLAKY_SELECTOR.format(broken=True, name=name))
+    sets = [*TINY, "--set", f"plugins={plugin}", "--set", f"strategy={name}-strategy", "--set", "max_aggregations=8",
+            "--set", "availability=avail50", "--set", "slot_s=60"]
+    cut = tmp_path / "cut"
+    refused(["run", *sets, *snapshots, "--out", str(cut)], f"selector '{name}'.select failed at",
+            "KeyError: 'bucket 9'")
+    stopped = json.loads((cut / "summary.json").read_text())
+    assert stopped["stop_reason"] == "plugin_error" and 0 < stopped["aggregations"] < 8
+    plugin.write_text(_FLAKY_SELECTOR.format(broken=False, name=name))  # the fix; a fresh process loads it
+    cli = [sys.executable, "-m", "felix_jax.cli", "run"]
+    for argv in ([*sets, "--out", str(tmp_path / "ref")], ["--resume", str(cut), "--quiet"]):
+        proc = subprocess.run([*cli, *argv], capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+    for name in ("metrics.csv", "events.csv"):
+        assert (cut / name).read_bytes() == (tmp_path / "ref" / name).read_bytes(), name
+    done, ref = (json.loads((d / "summary.json").read_text()) for d in (cut, tmp_path / "ref"))
+    for key in ("stop_reason", "aggregations", "bytes_total", "final_accuracy", "events", "end_time_s"):
+        assert done[key] == ref[key], key
+
+
+@pytest.mark.usefixtures("own_registries")
+def test_work_lost_a_compare_cell_a_plugin_stopped_is_resumed_not_taken_as_finished(tmp_path):
+    from felix_jax.experiment import get_preset
+    from felix_jax.experiment.compare import cell_dir, finished_summary
+
+    plugin = tmp_path / "flaky.py"
+    plugin.write_text(_FLAKY_SELECTOR.format(broken=True, name="flaky-cell"))
+    out = tmp_path / "c"
+    refused(["compare", "--scenario", "tiny", "--strategies", "flaky-cell-strategy", "--availability", "avail100",
+             "--quiet", "--set", "max_aggregations=8", "--set", "target_accuracy=none", "--set", f"plugins={plugin}",
+             "--out", str(out)], "selector 'flaky-cell'.select failed at", "KeyError: 'bucket 9'")
+    sc = get_preset("tiny").with_overrides({"max_aggregations": "8", "target_accuracy": "none",
+                                            "plugins": str(plugin), "strategy": "flaky-cell-strategy"})
+    cell = cell_dir(out, sc.strategy, sc.availability, sc.seed)
+    assert json.loads((cell / "summary.json").read_text())["stop_reason"] == "plugin_error"
+    assert (cell / "snapshot" / "LATEST").is_file() and finished_summary(sc, cell) is None
+
+
+# ------------------------------------------------------------------ a folder of files felix-jax did not write
+def test_traceback_run_into_a_folder_of_foreign_results_files_is_one_line(tmp_path):
+    mine = tmp_path / "mine"
+    (mine / "snapshot").mkdir(parents=True)
+    (mine / "metrics.csv").write_text("day,steps\n1,5000\n")
+    (mine / "snapshot" / "notes.txt").write_text("mine")
+    refused(["run", *TINY, "--out", str(mine)], str(mine), "metrics.csv, snapshot/", "felix-jax did not write",
+            "move them or choose another --out")
+    assert sorted(p.name for p in mine.iterdir() if not p.name.startswith(".")) == ["metrics.csv", "snapshot"]
+    assert (mine / "metrics.csv").read_text() == "day,steps\n1,5000\n"
+    (mine / "config.json").write_text('{"strategy": "felix"}')  # a scenario file of the user's: not a run's
+    refused(["run", *TINY, "--out", str(mine)], "config.json, metrics.csv, snapshot/", "felix-jax did not write")
+
+
+# ------------------------------------------------------------------ a snapshot that cannot be written mid-run
+_DISK_FILLS_UP = """
+import collections
+import shutil
+import sys
+
+import felix_jax.fleet.simulator as simulator
+from felix_jax.cli import main
+
+save, disk_usage = simulator.save_snapshot, shutil.disk_usage
+
+def save_then_fill_the_disk(sim, path, keep=2):
+    out = save(sim, path, keep=keep)
+    full = collections.namedtuple("usage", "total used free")
+    shutil.disk_usage = lambda p: full(disk_usage(p).total, disk_usage(p).total, 0)  # from now on, no room
+    return out
+
+simulator.save_snapshot = save_then_fill_the_disk
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_traceback_a_disk_that_fills_up_during_snapshot_every_1_is_one_line_and_resumes(tmp_path):
+    """--snapshot-every 1 on a disk that fills up after the first snapshot: the run ends in one line
+    naming the disk, the file and the snapshot kept; nothing is left of the failed write, no thread
+    prints at exit, and --resume then finishes it as an uninterrupted run."""
+    import subprocess
+    import sys
+
+    driver = tmp_path / "driver.py"
+    driver.write_text(_DISK_FILLS_UP)
+    sets = [*TINY, "--set", "max_aggregations=6"]
+    out = tmp_path / "r"
+    proc = subprocess.run([sys.executable, str(driver), "run", *sets, "--snapshot-every", "1", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("felix-jax run: cannot write snapshot snap-000002-") and "the disk is full" in lines[0]
+    assert "the previous snapshot snap-000001-" in lines[0] and f"felix-jax run --resume {out}" in lines[0]
+    root = out / "snapshot"
+    assert (root / "LATEST").read_text().startswith("snap-000001-") and not list(root.glob(".tmp-snap-*"))
+    assert sorted(p.name for p in root.iterdir()) == ["LATEST", (root / "LATEST").read_text().strip()]
+    assert main(["run", "--resume", str(out), "--quiet"]) == 0
+    assert main(["run", *sets, "--out", str(tmp_path / "ref")]) == 0
+    assert (out / "metrics.csv").read_bytes() == (tmp_path / "ref" / "metrics.csv").read_bytes()
+
+
+def test_traceback_a_snapshot_that_cannot_fit_is_refused_before_orbax_writes(tmp_path, monkeypatch):
+    import collections
+    import errno
+    import resource
+
+    import felix_jax.fleet.snapshot as snapshot
+
+    monkeypatch.setattr(snapshot, "_device_checkpointer", lambda: pytest.fail("orbax started a write"))
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(snapshot.shutil, "disk_usage", lambda p: usage(10 ** 9, 10 ** 9 - 5000, 5000))
+    with pytest.raises(OSError) as info:
+        snapshot._save_device(tmp_path / "device", {"d0": jax.numpy.zeros(1000)})
+    assert info.value.errno == errno.ENOSPC and "the arrays take 4,000 bytes, 5,000 are free" in info.value.filename
+    monkeypatch.setattr(snapshot.shutil, "disk_usage", lambda p: usage(10 ** 12, 0, 10 ** 12))
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (2000, resource.RLIM_INFINITY))  # ulimit -f
+    with pytest.raises(OSError) as info:
+        snapshot._save_device(tmp_path / "device", {"d0": jax.numpy.zeros(1000)})
+    assert info.value.errno == errno.EFBIG and "over this process's limit of 2,000 bytes" in info.value.filename
+
+
+def test_traceback_orbax_s_disk_full_error_names_the_disk_and_the_file(tmp_path):
+    import errno
+
+    from felix_jax.fleet.snapshot import _as_os_error, _write_failed
+
+    orbax_error = ValueError('RESOURCE_EXHAUSTED: Error writing "d5/0.0.0" in OCDBT database at local file '
+                             '"/x/snapshot/.tmp-snap-000002-000000004-1/device/": Failed writing: "/x/snapshot/'
+                             '.tmp-snap-000002-000000004-1/device/d/eeb6": Failed to write 1430867 bytes to file 9: '
+                             "No space left on device [os_error_code='28']")
+    e = _as_os_error(orbax_error, tmp_path)
+    assert e.errno == errno.ENOSPC and e.filename == "/x/snapshot/.tmp-snap-000002-000000004-1/device/d/eeb6"
+    (tmp_path / "LATEST").write_text("snap-000001-000000002\n")
+    message = str(_write_failed(tmp_path, tmp_path / ".tmp-snap-000002-000000004-1", "snap-000002-000000004", e))
+    assert "the disk is full (the file system at /" in message and "device/d/eeb6" in message
+    assert message.endswith("the previous snapshot snap-000001-000000002 is kept")
+
+
+# ------------------------------------------------------------------ tfds data sets: the extra, or one line naming it
+def test_traceback_a_tfds_data_set_without_the_tfds_extra_is_one_line_naming_it(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "importlib_resources", None)  # as on a default install (no tfds extra)
+    out = tmp_path / "o"
+    refused(["run", *TINY, "--set", "dataset=tfds:mnist", "--out", str(out)], "dataset=tfds:mnist needs the tfds "
+            "extra", "missing here: ", "importlib_resources", 'pip install "felix-jax[tfds]"')
+    refused(["run", *TINY, "--set", "dataset=cifar10_tfds", "--out", str(out)], "dataset=cifar10_tfds",
+            "needs the tfds extra", 'pip install "felix-jax[tfds]"')
+    assert not out.exists()
+
+
+def test_traceback_a_tfds_data_set_that_tfds_cannot_load_is_one_line(tmp_path, monkeypatch):
+    import types
+
+    import felix_jax.data.user as user
+
+    def load(name, **kwargs):  # what tfds does offline for a set it has not prepared yet
+        raise ConnectionError(f"Failed to download {name}: no network\nretry later")
+
+    monkeypatch.setattr(user, "import_tfds", lambda what: types.SimpleNamespace(load=load))
+    refused(["run", *TINY, "--set", "dataset=tfds:mnist", "--out", str(tmp_path / "o")],
+            "dataset=tfds:mnist: tensorflow-datasets could not load it (ConnectionError: Failed to download mnist: "
+            "no network)")

@@ -310,30 +310,24 @@ def load_cifar10_tfds(data_dir: str | os.PathLike | None = None) -> ArrayDataset
     For users with network access or an already-prepared tfds folder.
     tensorflow-datasets is imported lazily here. Building (downloading and
     preparing) CIFAR-10 with tfds needs TensorFlow, and tfds 4.9.10 also needs the
-    ``importlib_resources`` package; neither is a dependency of felix-jax
-    (``pip install "felix-jax[tfds]"`` adds both). Without them this raises an
-    ImportError that says so; :func:`load_cifar10_shared` and
-    :func:`load_cifar10_binary` need neither.
+    ``importlib_resources`` package; none is a dependency of felix-jax
+    (``pip install "felix-jax[tfds]"`` adds all three). Without them this raises an
+    ImportError that says so (:func:`~.user.import_tfds`); :func:`load_cifar10_shared`
+    and :func:`load_cifar10_binary` need none.
 
     Args:
       data_dir: the tfds data folder (tfds's own default, ``~/tensorflow_datasets``,
         when None). This is *not* the felix-jax data folder.
     """
-    try:
-        import tensorflow  # noqa: F401  (tfds needs it to build and read cifar10)
-        import tensorflow_datasets as tfds
-    except ImportError as e:
-        raise ImportError(
-            "load_cifar10_tfds needs tensorflow-datasets and TensorFlow (and, for tfds 4.9.10, "
-            "importlib_resources): `pip install tensorflow importlib_resources tensorflow-datasets` "
-            f"(missing: {e.name or e}). Without them use load_cifar10_shared() or load_cifar10_binary()."
-        ) from e
+    from .user import import_tfds, tfds_failed
+
+    tfds = import_tfds("dataset=cifar10_tfds (offline: dataset=cifar10 or cifar10_binary)")
     kwargs = {} if data_dir is None else {"data_dir": os.fspath(data_dir)}
     try:
         splits, info = tfds.load("cifar10", split=["train", "test"], batch_size=-1,
                                  as_supervised=True, with_info=True, **kwargs)
     except Exception as e:
-        raise RuntimeError(f"tensorflow-datasets could not load cifar10: {e}") from e
+        raise tfds_failed("dataset=cifar10_tfds", e) from e
     (train_x, train_y), (test_x, test_y) = tfds.as_numpy(splits)
     return _make("cifar10", train_x, train_y, test_x, test_y, info.features["label"].names,
                  "CIFAR-10 (tensorflow-datasets, exact pixels).")

@@ -231,9 +231,9 @@ def load_speech_commands_tfds(
     """The full Speech Commands (tfds ``speech_commands``, 12 classes) through
     tensorflow-datasets: ``train`` (~85.5k clips) for training, ``test`` (4,890).
 
-    Needs network access the first time, TensorFlow and (tfds 4.9.10)
-    ``importlib_resources``; tensorflow-datasets is imported lazily and a clear
-    ImportError is raised without them. Clips are zero-padded / cut to 1 s.
+    Needs network access the first time and the tfds extra (tensorflow-datasets, TensorFlow and,
+    for tfds 4.9.10, ``importlib_resources``); tensorflow-datasets is imported lazily and a clear
+    ImportError is raised without them (:func:`~.user.import_tfds`). Clips are zero-padded / cut to 1 s.
     tfds exposes no speaker ids, so ``train_keys`` is None (partition by label
     or IID instead). Log-mel features are cached like the shared loader's.
 
@@ -243,15 +243,9 @@ def load_speech_commands_tfds(
     """
     if feature not in ("logmel", "waveform"):
         raise ValueError(f"feature must be 'logmel' or 'waveform', got {feature!r}")
-    try:
-        import tensorflow  # noqa: F401
-        import tensorflow_datasets as tfds
-    except ImportError as e:
-        raise ImportError(
-            "load_speech_commands_tfds needs tensorflow-datasets and TensorFlow (and, for tfds "
-            "4.9.10, importlib_resources): `pip install tensorflow importlib_resources "
-            f"tensorflow-datasets` (missing: {e.name or e}). Offline, use load_speech_commands_shared()."
-        ) from e
+    from .user import import_tfds, tfds_failed
+
+    tfds = import_tfds("dataset=speech_commands_tfds (offline: dataset=speech_commands)")
     kwargs = {} if data_dir is None else {"data_dir": os.fspath(data_dir)}
 
     def split_arrays(split):
@@ -269,7 +263,7 @@ def load_speech_commands_tfds(
         builder.download_and_prepare()
         (tr_a, tr_y), (te_a, te_y) = split_arrays("train"), split_arrays("test")
     except Exception as e:
-        raise RuntimeError(f"tensorflow-datasets could not load speech_commands: {e}") from e
+        raise tfds_failed("dataset=speech_commands_tfds", e) from e
     class_names = tuple(builder.info.features["label"].names)
     if feature == "logmel":
         feats = cached_arrays(

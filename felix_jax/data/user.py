@@ -21,18 +21,53 @@ format: concatenate the users' samples and give their ids in ``train_client``.
 ``dataset=tfds:NAME`` loads a tensorflow-datasets image classification set
 (``as_supervised``: an image and a label); ``TFDS_DATA_DIR`` (tfds's own variable)
 or ``~/tensorflow_datasets`` is where tfds looks, so an offline, already prepared
-copy works without a network.
+copy works without a network. It needs the ``tfds`` extra (tensorflow-datasets,
+TensorFlow and ``importlib_resources``, which tfds 4.9's loaders import):
+``pip install "felix-jax[tfds]"``; without it, and when tfds cannot load the set (no
+network, an unknown name), the error is one line naming the data set.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
 import numpy as np
 
+from ..options import OptionError
 from .dataset import ArrayDataset
 from .paths import DataFileError, open_npz, reading
+
+# the packages the tfds extra installs (pyproject.toml), by module name: what a tfds loader imports
+TFDS_PACKAGES = {"tensorflow_datasets": "tensorflow-datasets", "tensorflow": "TensorFlow",
+                 "importlib_resources": "importlib_resources"}
+TFDS_INSTALL = 'pip install "felix-jax[tfds]" (from a checkout: pip install -e ".[tfds]")'
+
+
+class MissingExtraError(OptionError, ImportError):
+    """A data set whose loader needs packages that an extra of felix-jax installs: one line naming
+    the data set, what is missing and the extra."""
+
+
+def import_tfds(what: str):
+    """``tensorflow_datasets``, once every package of the tfds extra can be imported; else a
+    :class:`MissingExtraError` naming ``what`` (the data set), the missing packages and the extra."""
+    missing = [name for module, name in TFDS_PACKAGES.items() if importlib.util.find_spec(module) is None]
+    if not missing:
+        try:
+            import tensorflow_datasets as tfds
+            return tfds
+        except ImportError as e:  # installed but broken (a dependency of theirs missing)
+            missing = [e.name or str(e)]
+    raise MissingExtraError(f"{what} needs the tfds extra (tensorflow-datasets, TensorFlow and importlib_resources; "
+                            f"missing here: {', '.join(missing)}): {TFDS_INSTALL}")
+
+
+def tfds_failed(what: str, e: Exception) -> OptionError:
+    """What tensorflow-datasets raised while loading ``what`` (no network, an unknown name...), in one line."""
+    first = (str(e).strip().splitlines() or [""])[0]
+    return OptionError(f"{what}: tensorflow-datasets could not load it ({type(e).__name__}: {first})")
 
 _REQUIRED = ("train_x", "train_y", "test_x", "test_y")
 _OPTIONAL = ("train_client", "input_mean", "input_std", "class_names")
@@ -192,18 +227,15 @@ def load_arrays_npz(path: str | os.PathLike) -> ArrayDataset:
 
 
 def load_tfds_dataset(name: str, data_dir: str | os.PathLike | None = None) -> ArrayDataset:
-    """An image/label data set through tensorflow-datasets (train and test splits)."""
-    try:
-        import tensorflow_datasets as tfds
-    except ImportError as e:
-        raise ImportError(f"dataset=tfds:{name} needs tensorflow-datasets and TensorFlow "
-                          f"(pip install \"felix-jax[tfds]\"; missing: {e.name or e})") from e
+    """An image/label data set through tensorflow-datasets (train and test splits); the tfds extra
+    (:func:`import_tfds`) and, for a set not prepared yet, the network."""
+    tfds = import_tfds(f"dataset=tfds:{name}")
     kwargs = {} if data_dir is None else {"data_dir": os.fspath(data_dir)}
     try:
         (train, test), info = tfds.load(name, split=["train", "test"], batch_size=-1, as_supervised=True,
                                         with_info=True, **kwargs)
     except Exception as e:  # tfds raises many kinds: report which data set and why
-        raise RuntimeError(f"tensorflow-datasets could not load {name!r}: {e}") from e
+        raise tfds_failed(f"dataset=tfds:{name}", e) from e
     (train_x, train_y), (test_x, test_y) = tfds.as_numpy((train, test))
     label = info.features["label"]
     return make_user_dataset(name, train_x, train_y, test_x, test_y,

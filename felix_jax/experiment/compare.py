@@ -28,7 +28,7 @@ from typing import Callable
 
 import numpy as np
 
-from .runner import run
+from .runner import PLUGIN_ERROR, run
 from .scenario import Scenario
 
 SUMMARY_COLUMNS = ["strategy", "scenario", "availability", "seed", "time_to_target_s", "time_to_target_h",
@@ -141,6 +141,11 @@ def parse_cell_strategy(spec: str) -> tuple[str, dict[str, str]]:
     return name.strip(), overrides
 
 
+# a cell stopped with one of these is not finished: its stop snapshot continues it (a signal's, or the
+# state before a plugin's error, once the plugin is fixed)
+UNFINISHED_STOPS = ("interrupted", PLUGIN_ERROR)
+
+
 def finished_summary(sc: Scenario, run_dir: Path) -> dict | None:
     """The summary of a finished cell whose config.json is this scenario's, else None."""
     try:
@@ -148,7 +153,7 @@ def finished_summary(sc: Scenario, run_dir: Path) -> dict | None:
         summary = json.loads((run_dir / "summary.json").read_text())
     except (OSError, ValueError):
         return None
-    if summary.get("stop_reason") == "interrupted":  # stopped by a signal: not finished, resumed next time
+    if summary.get("stop_reason") in UNFINISHED_STOPS:  # stopped by a signal or a plugin: resumed next time
         return None
     return summary if same_scenario(config.get("scenario"), sc) else None
 
@@ -177,7 +182,7 @@ def _interrupted_with_snapshot(run_dir: Path) -> bool:
         summary = json.loads((run_dir / "summary.json").read_text())
     except (OSError, ValueError):
         return False
-    return summary.get("stop_reason") == "interrupted" and (run_dir / "snapshot" / "LATEST").is_file()
+    return summary.get("stop_reason") in UNFINISHED_STOPS and (run_dir / "snapshot" / "LATEST").is_file()
 
 
 def _killed_with_snapshot(sc: Scenario, run_dir: Path) -> bool:

@@ -24,6 +24,7 @@ import numpy as np
 from ..models import cifar_cnn, mlp, speech_cnn, speech_resnet
 from ..models.base import Model
 from ..options import OptionError
+from ..plugin_calls import guarded, is_plugin, location
 from ..traces import (AvailabilityTrace, DeviceProfile, always_available, flash_profile, load_device_profile,
                       load_fedscale_trace, load_interval_csv, load_interval_npz, load_reference_trace,
                       paper_halfnormal, reference_profile, slot_bernoulli)
@@ -178,15 +179,19 @@ def make_model(name: str, input_shape: tuple, num_classes: int) -> Model:
     except KeyError:
         raise KeyError(f"unknown model {name!r}; known: {', '.join(MODELS)}") from None
     check_model_input(name, input_shape)
+    plugin = is_plugin(factory)
+    if plugin:  # a user's model: what its factory raises is reported naming it (plugin_calls.py)
+        factory = guarded(f"model {name!r} factory {getattr(factory, '__name__', 'make')}()", factory)
     model = factory(tuple(input_shape), num_classes)
-    check_model_output(name, model, tuple(input_shape), num_classes)
+    check_model_output(name, model, tuple(input_shape), num_classes, plugin=plugin)
     return model
 
 
-def check_model_output(name: str, model: Model, input_shape: tuple, num_classes: int) -> None:
+def check_model_output(name: str, model: Model, input_shape: tuple, num_classes: int, plugin: bool = False) -> None:
     """Refuses (OptionError, one line naming the model) a model that does not give one logit per class
     of the data set for each input (a plugin's output layer of the wrong width would otherwise train
-    on labels it cannot express, or leave classes without a logit). Shapes only: nothing is computed."""
+    on labels it cannot express, or leave classes without a logit). Shapes only: nothing is computed.
+    ``plugin``: a user's model, whose failing line (file:line) the message names."""
     import jax
 
     batch = jax.ShapeDtypeStruct((2, *input_shape), np.float32)
@@ -195,8 +200,9 @@ def check_model_output(name: str, model: Model, input_shape: tuple, num_classes:
         logits = jax.eval_shape(model.apply, params, batch)
     except Exception as e:  # noqa: BLE001 - a user's model: whatever it raises is reported in one line
         first = (str(e).strip().splitlines() or [""])[0]
+        at = f" at {location(e)}" if plugin else ""
         raise OptionError(f"model={name} cannot run on inputs of shape {tuple(input_shape)} per sample "
-                          f"({type(e).__name__}: {first})") from None
+                          f"({type(e).__name__}{at}: {first})") from None
     shape = tuple(getattr(logits, "shape", ()))
     if shape != (2, num_classes):
         raise OptionError(f"model={name} gives logits of shape {shape} for a batch of 2, but the data set has "

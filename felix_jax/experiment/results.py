@@ -184,10 +184,11 @@ def prepare_out_dir(out_dir: str | Path, clear: bool = False, refuse_existing: b
     Nothing is removed here: a run that replaces earlier results writes beside them and swaps
     them in once it has finished (:func:`staged_results`). ``kind="run"``: a comparison's folder
     is refused; ``refuse_existing``: a folder that already holds a run's ``config.json`` is
-    refused unless ``clear`` (the new run may replace those results); a folder whose results
-    would be replaced is refused when it also holds files felix-jax did not write (it is not
-    a run's folder). ``kind="compare"``: a folder holding a run's results is refused. Raises
-    :class:`OutputDirError` (one line naming the folder and what is there).
+    refused unless ``clear`` (the new run may replace those results); with either, a folder
+    holding files under a result's name that felix-jax did not write is refused (it is not a
+    run's folder), before a run starts rather than when it writes them. ``kind="compare"``: a
+    folder holding a run's results is refused. Raises :class:`OutputDirError` (one line naming
+    the folder and what is there).
     """
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
@@ -211,14 +212,14 @@ def prepare_out_dir(out_dir: str | Path, clear: bool = False, refuse_existing: b
     if compared:
         raise OutputDirError(f"{out} holds a comparison's results ({_listing(out, compared)}), not a run's: "
                              "choose another --out for the run")
-    if refuse_existing and not clear and (out / "config.json").exists():
-        raise OutputDirError(f"{out} already holds a run's results (config.json): pass --overwrite to replace "
-                             "them or choose another --out (to continue a run, see felix-jax run --help)")
-    if clear:  # only what a run wrote is replaced; other files in the folder are left as they are
+    if clear or refuse_existing:  # only what a run wrote is replaced; other files in the folder are left as they are
         foreign = not_written_by_a_run(out)
         if foreign:
             raise OutputDirError(f"{out} holds {_listing(out, foreign)} that felix-jax did not write (not a run's "
                                  "results): a run never replaces them; move them or choose another --out")
+    if refuse_existing and not clear and (out / "config.json").exists():
+        raise OutputDirError(f"{out} already holds a run's results (config.json): pass --overwrite to replace "
+                             "them or choose another --out (to continue a run, see felix-jax run --help)")
     return out
 
 

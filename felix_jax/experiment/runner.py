@@ -30,6 +30,7 @@ from ..memory import check_fits
 from ..fleet.modes import AsyncMode, SyncMode
 from ..fleet.simulator import Checkpoint, FleetSimulator, RunRecord
 from ..options import OptionError, to_json
+from ..plugin_calls import PluginError
 from ..policies import make_aggregator, make_selector
 from .registry import make_model, make_profile, make_trace
 from ..fleet.snapshot import SnapshotPolicy, save_snapshot
@@ -45,6 +46,7 @@ class RunResult:
     summary: dict
     out_dir: Path | None
     interrupted_by: int | None = None  # the signal that stopped the run (stop_reason "interrupted")
+    plugin_error: PluginError | None = None  # what stopped the run (stop_reason "plugin_error"); run() raises it
 
 
 def build_simulator(sc: Scenario, on_checkpoint=None) -> FleetSimulator:
@@ -452,6 +454,58 @@ class _StopOnSignals:
         self._restore()
 
 
+PLUGIN_ERROR = "plugin_error"  # the stop reason of a run that a plugin's error stopped
+
+
+def _replay_to_last_event(sc: Scenario, settled: int | None, seen: list[Checkpoint], snap_dir: Path,
+                          failure: PluginError) -> tuple[FleetSimulator, RunRecord]:
+    """The run that ``failure`` stopped, as it stood after its last whole event: a plugin raises in
+    the middle of an event, where half of the event's work is done, so a fresh simulator replays the
+    run to that point, from the newest snapshot before it (or from the start), and stops there with
+    stop reason ``plugin_error``; its snapshot resumes the run as a signal's would. The replay must
+    meet the failed run's checkpoints (a plugin that keeps state of its own outside its init/select
+    state may not replay the same): else ``failure`` is raised, saying why no stop snapshot was written
+    (and as it is when the run failed before its first event). ``settled``: the failed simulator's
+    :attr:`~FleetSimulator.settled_events`; ``seen``: its checkpoints."""
+    if settled is None:  # nothing done yet: as if the run had failed while it was built
+        raise failure
+    sim = build_simulator(sc)
+    start = _snapshot_before(snap_dir, settled)
+    if start is not None:
+        sim.restore(start)
+    sim.request_stop(PLUGIN_ERROR, at_events=settled)
+    try:
+        record = sim.run()
+    except PluginError as e:
+        failure.no_snapshot = f"replaying its events to the failure, the plugin failed earlier ({e})"
+        raise failure
+    common = min(len(record.checkpoints), len(seen))
+    if record.events_processed != settled or repr(record.checkpoints[:common]) != repr(seen[:common]):
+        failure.no_snapshot = ("replaying its events did not give the same run (does the plugin keep state "
+                               "outside the value its init() returns?)")
+        raise failure
+    return sim, record
+
+
+def _snapshot_before(snap_dir: Path, events: int) -> Path | None:
+    """The newest snapshot folder under ``snap_dir`` taken at or before ``events`` events that
+    verifies; None if there is none."""
+    from ..fleet.snapshot import SnapshotError, verify_snapshot
+
+    found = []
+    for p in snap_dir.glob("snap-*") if snap_dir.is_dir() else ():
+        parts = p.name.split("-")  # snap-VERSION-EVENTS[-n]
+        if p.is_dir() and len(parts) >= 3 and parts[2].isdigit() and int(parts[2]) <= events:
+            found.append((int(parts[2]), p.name, p))
+    for _, _, p in sorted(found, reverse=True):
+        try:
+            verify_snapshot(p)
+        except SnapshotError:
+            continue
+        return p
+    return None
+
+
 def run_config(sc: Scenario, sim: FleetSimulator) -> dict[str, Any]:
     """``config.json``: the scenario and everything resolved from it (known before the run starts)."""
     resolved = sc.resolve_strategy()
@@ -511,8 +565,16 @@ def _run(sc, out_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_
     out = prepare_out_dir(out_dir, clear=not resume)
     # a run replacing earlier results writes aside and swaps them in once it has finished
     with staged_results(out, replace=not resume) as write_dir:
-        result = _run_into(sc, write_dir, write_dir / SNAPSHOT_DIR, progress, plot,
-                           stop_on_signals, snapshot_every, snapshot_minutes, resume, wall_budget_s, batch, t_call)
+        try:
+            result = _run_into(sc, write_dir, write_dir / SNAPSHOT_DIR, progress, plot, stop_on_signals,
+                               snapshot_every, snapshot_minutes, resume, wall_budget_s, batch, t_call)
+        except PluginError as e:
+            if not resume and e.stopped_after is None and e.no_snapshot is None:  # failed before its first event
+                for name in ("config.json", "metrics.csv"):  # nothing to keep: the folder is left as it was
+                    (write_dir / name).unlink(missing_ok=True)
+            raise
+    if result.plugin_error is not None:  # its results so far are in place (as an interrupted run's): say why
+        raise result.plugin_error
     return dataclasses.replace(result, out_dir=out)
 
 
@@ -521,6 +583,8 @@ def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every
     bar = _Progress(sc, progress)
     stream: MetricsStream | None = None
     timer: threading.Timer | None = None
+    failure: PluginError | None = None  # a plugin's error that stopped the run
+    stop_snapshot: Path | None = None
 
     def on_checkpoint(cp: Checkpoint) -> None:
         if stream is not None:
@@ -550,9 +614,20 @@ def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every
                 timer = threading.Timer(max(left, 0.0), sim.request_stop, args=("wall_budget",))
                 timer.daemon = True
                 timer.start()
-            record = sim.run()
-            if out is not None and record.stop_reason in ("interrupted", "wall_budget"):
-                save_snapshot(sim, snap_dir)  # stopped between events: --resume continues from exactly here
+            try:
+                record = sim.run()
+            except PluginError as e:
+                if out is None:  # no folder to keep anything in
+                    raise
+                failure = e
+            if failure is not None:  # stopped inside an event: the state after the last whole one
+                if timer is not None:
+                    timer.cancel()
+                settled, seen = sim.settled_events, sim.checkpoints
+                del sim  # its memory, before the replay takes as much
+                sim, record = _replay_to_last_event(sc, settled, seen, snap_dir, failure)
+            if out is not None and record.stop_reason in ("interrupted", "wall_budget", PLUGIN_ERROR):
+                stop_snapshot = save_snapshot(sim, snap_dir)  # between events: --resume continues from here
         finally:
             if timer is not None:
                 timer.cancel()
@@ -566,7 +641,12 @@ def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every
         summary["xla_compilations"] = None
     if sim.engine.streams is not None:
         summary.update(live_metrics(record.checkpoints, sim.engine.streams.cfg.shift_times_s(), sc.target_accuracy))
-    if out is not None:
-        write_results(out, config, record, summary, plot=plot, streamed=True)
+    if out is not None:  # a replayed run's metrics.csv is rewritten: the failed event may have added a row
+        write_results(out, config, record, summary, plot=plot, streamed=failure is None)
+    if failure is not None:
+        failure.stopped_after, failure.snapshot = summary["aggregations"], stop_snapshot
+        if stop_snapshot is None:  # the replay met the stop rule first (a target found late, eval_batch > 1)
+            failure.no_snapshot = (f"replayed to the failure, the run ends before it (stop reason "
+                                   f"{record.stop_reason}): its results are complete")
     return RunResult(sc, record, summary, out, interrupted_by=signals.signum if record.stop_reason == "interrupted"
-                     else None)
+                     else None, plugin_error=failure)

@@ -181,6 +181,8 @@ class FleetSimulator:
         self._events = 0  # events processed
         self._started = False  # the initial checkpoint and first dispatch are done (run() or restore())
         self._stop_requested: str | None = None  # request_stop(): the stop reason, taken between events
+        self._stop_at_events = 0  # request_stop(at_events=N): taken once N events are handled
+        self._settled: int | None = None  # events fully handled (None: the run's start is not done)
         self._snapshot_version = 0  # model version at the last snapshot (or restore)
         self._snapshot_clock = 0.0  # host perf_counter at the last snapshot (or at run() start)
         self._utility_by_eval = np.zeros(len(counts), bool)  # a client's utility came from an eval reply
@@ -230,9 +232,10 @@ class FleetSimulator:
             self._started = True
             self._checkpoint()  # accuracy of the initial model at t=0
             self.mode.refill(self)
+        self._settled = self._events
         while self._stop_reason is None:
-            if self._stop_requested is not None:  # honoured between events, where the state is consistent
-                self._stop_reason = self._stop_requested
+            if self._stop_requested is not None and self._events >= self._stop_at_events:
+                self._stop_reason = self._stop_requested  # honoured between events, where the state is consistent
                 break
             if not len(self.queue):
                 # Every task waits on a client that is not back within the horizon (task timelines end
@@ -253,6 +256,7 @@ class FleetSimulator:
                        EventKind.TIMEOUT: self._on_timeout, EventKind.WAKE: self._on_wake,
                        EventKind.SERVED: self._on_served, EventKind.SERVER_FREE: self._on_server_free}[ev.kind]
             handler(ev.payload)
+            self._settled = self._events
             if self.snapshot is not None and self._stop_reason is None:
                 self._maybe_snapshot()
         self._resolve_checkpoints()  # may roll the record back to a target found late
@@ -273,6 +277,7 @@ class FleetSimulator:
         load_snapshot(self, path)
         self._in_flight_n = None  # recounted from the restored tasks
         self._started = True
+        self._settled = self._events
         self._snapshot_version = self.version
 
     def _maybe_snapshot(self) -> None:
@@ -712,9 +717,18 @@ class FleetSimulator:
         self.acct.control_messages += n
         self.acct.control_bytes += n * self.cfg.control_message_bytes
 
-    def request_stop(self, reason: str) -> None:
+    def request_stop(self, reason: str, at_events: int = 0) -> None:
         """Stops ``run()`` after the event in progress (e.g. on a signal), with ``reason`` as its
-        stop reason; a run that already has a stop reason keeps it. Safe to call from a signal
+        stop reason; a run that already has a stop reason keeps it. ``at_events``: not before that
+        many events have been handled (a replay to a given point). Safe to call from a signal
         handler: the loop checks the request only between events."""
         if self._stop_reason is None and self._stop_requested is None:
+            self._stop_at_events = at_events
             self._stop_requested = reason
+
+    @property
+    def settled_events(self) -> int | None:
+        """Events handled to the end (the count a snapshot taken now would hold): where a run that
+        raised in the middle of an event (a plugin's error) was last consistent. None before the
+        run's start (the initial checkpoint and dispatch) is done."""
+        return self._settled

@@ -35,9 +35,13 @@ import enum
 import errno
 import hashlib
 import json
+import logging
 import math
 import os
+import re
 import shutil
+import threading
+import time
 import warnings
 import zipfile
 from pathlib import Path
@@ -57,6 +61,18 @@ _CHECKSUMS = "CHECKSUMS.json"  # sha256 of every other file of a snapshot, writt
 
 class SnapshotError(ValueError):
     """A snapshot that cannot be restored here (missing, corrupt, or from another scenario)."""
+
+
+class SnapshotWriteError(SnapshotError):
+    """A snapshot that could not be written (a full disk, a quota...); ``kept``: the name of the
+    previous snapshot, which stays and resumes the run (None: there is none)."""
+
+    def __init__(self, message: str, kept: str | None = None):
+        super().__init__(message)
+        self.kept = kept
+
+    def __reduce__(self):
+        return type(self), (str(self), self.kept)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -460,9 +476,7 @@ def save_snapshot(sim: "FleetSimulator", path: str | Path, keep: int = 2) -> Pat
             f.flush()
             os.fsync(f.fileno())
         if device:
-            ocp, ckpt = _device_checkpointer()
-            with ckpt:
-                ckpt.save(tmp / _DEVICE, args=ocp.args.StandardSave(device))
+            _save_device(tmp / _DEVICE, device)
         _write_json(tmp / _CHECKSUMS, _checksums(tmp))  # last: a snapshot without it is incomplete
         final = _publish(root, tmp, name)
     except OSError as e:  # a full disk, a quota, a folder gone read-only: the previous snapshot stays
@@ -471,7 +485,7 @@ def save_snapshot(sim: "FleetSimulator", path: str | Path, keep: int = 2) -> Pat
     return final
 
 
-def _write_failed(root: Path, tmp: Path, name: str, e: OSError) -> SnapshotError:
+def _write_failed(root: Path, tmp: Path, name: str, e: OSError) -> SnapshotWriteError:
     """Removes what a failed snapshot write left (the temporary folder, a published folder that ``LATEST``
     does not name, the pointer's temporary file) and says why in one line, naming the snapshot kept."""
     latest = (root / LATEST).read_text().strip() if (root / LATEST).is_file() else None
@@ -479,9 +493,105 @@ def _write_failed(root: Path, tmp: Path, name: str, e: OSError) -> SnapshotError
     if latest != name:
         shutil.rmtree(root / name, ignore_errors=True)
     (root / f".{LATEST}.tmp").unlink(missing_ok=True)
-    why = "the disk is full" if e.errno == errno.ENOSPC else (e.strerror or str(e))
+    file = e.filename or tmp
+    if e.errno == errno.ENOSPC:
+        why = f"the disk is full (the file system at {_mount_point(root)}, writing {file})"
+    else:
+        why = f"{e.strerror or e} ({file})"
     kept = f"the previous snapshot {latest} is kept" if latest else "no earlier snapshot to keep"
-    return SnapshotError(f"cannot write snapshot {name} under {root}: {why} ({e.filename or tmp}); {kept}")
+    return SnapshotWriteError(f"cannot write snapshot {name} under {root}: {why}; {kept}", latest)
+
+
+def _mount_point(path: Path) -> Path:
+    """The mount point of the file system holding ``path`` (what a user frees space on)."""
+    p = Path(path).resolve()
+    while not os.path.ismount(p) and p.parent != p:
+        p = p.parent
+    return p
+
+
+# ------------------------------------------------------------------ orbax's writes
+class _HeldBackThreadErrors(logging.Filter):
+    """Drops orbax's log records of its background threads' exceptions (a stack each, printed as they
+    happen): the save that they belong to raises that error itself, once, in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and "orbax" in Path(record.pathname).parts)
+
+
+def _save_device(path: Path, device: dict) -> None:
+    """The device arrays to ``path`` with orbax-checkpoint, whose writes run in background threads.
+
+    A disk without room for them is refused before orbax starts (:func:`_check_room`): once one of
+    its concurrent writes has failed, the others still finish later and report into a closed event
+    loop, at any time up to the process's exit. A write that fails all the same (the disk filled
+    meanwhile) is raised here as an OSError naming the file, with the threads' own stack logs held
+    back, once the threads the save started have ended."""
+    _check_room(path, sum(int(a.nbytes) for a in device.values()))
+    ocp, ckpt = _device_checkpointer()
+    before = set(threading.enumerate())
+    held = _HeldBackThreadErrors()
+    logger = logging.getLogger("absl")  # orbax logs through absl's logger
+    logger.addFilter(held)
+    try:
+        with ckpt:
+            ckpt.save(path, args=ocp.args.StandardSave(device))
+    except OSError:
+        _join_threads_since(before)
+        raise
+    except Exception as e:  # orbax raises a ValueError with tensorstore's message (the OS error code in it)
+        _join_threads_since(before)
+        raise _as_os_error(e, path) from e
+    finally:
+        logger.removeFilter(held)
+
+
+ROOM_MARGIN_BYTES = 1 << 20  # orbax's metadata beside the arrays' bytes, and some slack
+OCDBT_FILE_BYTES = 2 << 30  # tensorstore's OCDBT data files grow to 2 GiB (its target_data_file_size)
+
+
+def _check_room(path: Path, need: int) -> None:
+    """An OSError naming ``path`` when ``need`` bytes (the arrays') cannot be written there: fewer free
+    bytes on its disk than that and :data:`ROOM_MARGIN_BYTES` (ENOSPC), or a limit on a file's size
+    (``ulimit -f``) under the data file they make (EFBIG)."""
+    free = shutil.disk_usage(path.parent).free
+    if free < need + ROOM_MARGIN_BYTES:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), f"{path}: the arrays take {need:,} bytes, "
+                      f"{free:,} are free")
+    limit = _file_size_limit()
+    if limit is not None and min(need, OCDBT_FILE_BYTES) > limit:
+        raise OSError(errno.EFBIG, os.strerror(errno.EFBIG), f"{path}: the arrays take {need:,} bytes, over this "
+                      f"process's limit of {limit:,} bytes a file (ulimit -f)")
+
+
+def _file_size_limit() -> int | None:
+    """This process's limit on the size of a file it writes (RLIMIT_FSIZE), None if none."""
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return None
+    soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    return None if soft == resource.RLIM_INFINITY else int(soft)
+
+
+def _join_threads_since(before: set, timeout_s: float = 60.0) -> None:
+    """Waits (up to ``timeout_s`` in all) for the threads started since ``before`` to end."""
+    deadline = time.monotonic() + timeout_s
+    for t in threading.enumerate():
+        if t not in before and t is not threading.current_thread():
+            t.join(max(deadline - time.monotonic(), 0.0))
+
+
+def _as_os_error(e: Exception, path: Path) -> OSError:
+    """orbax's (tensorstore's) error for a failed write as the OSError it reports: its
+    ``os_error_code`` and the file named in ``Failed writing: "..."``."""
+    text = str(e)
+    code = re.search(r"os_error_code='?(\d+)", text)
+    where = re.search(r'Failed writing: "([^"]+)"', text)
+    number = int(code.group(1)) if code else (errno.ENOSPC if "No space left" in text else None)
+    first = (text.strip().splitlines() or [type(e).__name__])[0]
+    return OSError(number if number is not None else errno.EIO, os.strerror(number) if number else first,
+                   where.group(1) if where else str(path))
 
 
 def _prune(root: Path, keep: int) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ...options import OptionSpec
+from ...plugin_calls import guarded, is_plugin
 from .base import Aggregator, BufferInfo, apply_weighted_deltas
 from .deltas import DeltaBound, clip_or_normalize_deltas, update_norms
 from .fedasync import FedAsyncConfig, StalenessFunction, make_fedasync
@@ -52,7 +53,14 @@ def make_aggregator(name: str, config=None, **options) -> Aggregator:
         config = aggregator_config(name, **options)
     elif options:
         raise TypeError("pass either config or options, not both")
-    return AGGREGATORS[name](config)
+    factory = AGGREGATORS[name]
+    if not is_plugin(factory):
+        return factory(config)
+    # a user's aggregator: what it raises is reported naming it and the call (plugin_calls.py)
+    made = guarded(f"aggregator {name!r} factory {getattr(factory, '__name__', 'make')}()", factory)(config)
+    hooks = {field: guarded(f"aggregator {name!r}.{field}", getattr(made, field))
+             for field in ("weights", "transform_deltas", "augment_info") if callable(getattr(made, field, None))}
+    return made._replace(**hooks)
 
 
 __all__ = [

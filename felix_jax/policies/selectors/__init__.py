@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from ...options import OptionSpec
+from ...plugin_calls import guarded, is_plugin
 from .base import SelectionContext, Selector
 from .oort import make_oort_selector
 from .oort_math import OORT_VARIANTS, OortConfig
@@ -43,7 +44,14 @@ def make_selector(name: str, config=None, **options) -> Selector:
         config = selector_config(name, **options)
     elif options:
         raise TypeError("pass either config or options, not both")
-    return _checked(SELECTORS[name]() if config is None else SELECTORS[name](config))
+    factory = SELECTORS[name]
+    if not is_plugin(factory):
+        return _checked(factory() if config is None else factory(config))
+    # a user's selector: what it raises is reported naming it and the call (plugin_calls.py)
+    make = guarded(f"selector {name!r} factory {getattr(factory, '__name__', 'make')}()", factory)
+    selector = make() if config is None else make(config)
+    return _checked(selector._replace(init=guarded(f"selector {name!r}.init", selector.init),
+                                      select=guarded(f"selector {name!r}.select", selector.select)))
 
 
 def _checked(selector: Selector) -> Selector:
