@@ -449,3 +449,50 @@ def test_zero_step_reference_needs_the_papers_clients_and_the_epoch_loader():
             sc.with_overrides({"reading.small_clients": "zero_step_reference", **bad})
     with pytest.raises(OptionError, match="small_clients"):
         sc.with_overrides({"reading.small_clients": "zero_steps"})
+
+
+def _last_k_selector():
+    """Deterministic: the k highest eligible ids (so a busy straggler, if eligible, is picked)."""
+    from felix_jax.policies.selectors.base import Selector
+
+    return Selector("last-k", lambda: None, lambda state, ctx, k: (np.flatnonzero(ctx.eligible)[::-1][:k], state))
+
+
+def test_sync_busy_clients_are_picked_and_their_task_queues_behind_the_old_one():
+    # four clients of 10, 60, 11, 12 s, always there; sync, K = 2, 3 picks a round, the 3 highest eligible ids.
+    # Round 1 at 0: clients 1, 2, 3 (replies 60, 11, 12): aggregation at 12; client 1 is busy until 60.
+    # The text: round 2 at 12 picks 0, 2, 3 (1 is busy): 22, 23, 24 -> aggregation at 23; round 3 at 23 picks
+    # 0, 2 (3 busy until 24, 1 until 60): 33, 34 -> aggregation at 34.
+    # The code (A15): round 2 at 12 picks 1, 2, 3: client 1's task waits for its old one (starts at 60,
+    # replies at 120, stale), 2 and 3 reply at 23, 24 -> aggregation at 24; round 3 at 24 picks 1 (queued
+    # again: 120 -> 180), 2 (35), 3 (36) -> aggregation at 36.
+    tr = trace_of([(0, T)], [(0, T)], [(0, T)], [(0, T)])
+    times = {}
+    for queues in (False, True):
+        sim = make_sim(tr, [10.0, 60.0, 11.0, 12.0], mode="sync", goal=2, overcommit=1.5, max_aggregations=3,
+                       aggregator="fedavg", timeout_s=math.inf,
+                       reading=Reading(sync_records_stale=False, sync_busy_selectable=queues))
+        sim.selector, sim._sel_state = _last_k_selector(), None
+        rec = sim.run()
+        times[queues] = rec.aggregation_times
+        starts = [(t, c) for t, ev, c, kind, *_ in rec.accounting.events if ev == "start"]
+        if queues:
+            assert rec.accounting.train_picks_busy == 2
+            assert starts == [(60.0, 1), (120.0, 1)]  # each queued task starts when the one before it ends
+            assert not sim.view.busy.any()  # the server does not mark whom it may pick again
+        else:
+            assert rec.accounting.train_picks_busy == 0 and starts == []
+    assert times[False] == pytest.approx([0.0, 12.0, 23.0, 34.0])
+    assert times[True] == pytest.approx([0.0, 12.0, 24.0, 36.0])
+    assert Reading.paper_code().sync_busy_selectable and not Reading().sync_busy_selectable
+
+
+def test_a_sync_run_with_queued_tasks_resumes_from_a_snapshot_exactly(tmp_path):
+    from tests.test_snapshot import assert_same_run, killed_and_resumed
+
+    sc = get_preset("quickstart").with_overrides({"strategy": "oort-oracle", "semantics": "paper_code",
+                                                  "availability": "avail50", "max_aggregations": "10",
+                                                  "target_accuracy": "none"})
+    reference = build_simulator(sc).run()
+    assert reference.accounting.train_picks_busy == 4  # stragglers were picked again and queued
+    assert_same_run(reference, killed_and_resumed(sc, tmp_path))

@@ -36,6 +36,9 @@ class Accounting:
     # training picks whose utility (the one the selector saw) came from an eval reply / that had none yet
     train_picks_eval_utility: int = 0
     train_picks_unexplored: int = 0
+    # training picks of a client still busy with an earlier task (a sync server that selects busy clients,
+    # reading.sync_busy_selectable): the new task waits for the old one
+    train_picks_busy: int = 0
     staleness: list = dataclasses.field(default_factory=list)  # of every aggregated update
     agg_weights: list = dataclasses.field(default_factory=list)
     utility_age: list = dataclasses.field(default_factory=list)  # at selection, in rounds (-1: no utility yet)

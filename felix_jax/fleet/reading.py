@@ -102,6 +102,12 @@ class Reading:
     # A14: sync OORT skips a stale reply before any bookkeeping (OTA:76-78, 104-106): a straggler's
     # utility and duration are never recorded. True: every reply records them.
     sync_records_stale: bool = True
+    # A15: sync OORT draws a round's picks from every available client, busy stragglers of earlier rounds
+    # included (SO:197, 413-425: no busy filter); a model sent to a busy trainer waits in its FIFO receive
+    # queue (end.py:63-72) and is trained once the earlier tasks end, however stale (HT:194 skips only a
+    # round it already returned). True: a sync server selects busy clients, whose new task starts when
+    # their queued work ends; False: busy clients are not candidates.
+    sync_busy_selectable: bool = False
     # A11: "every_async": every async strategy excludes a picked client for the rest of the aggregation round
     # (AO:722-873, 1307-1327), released early when its task times out (AO:1241-1295) or its client leaves
     # (a TierTrack notification or the oracle's departure, AO:875-916); "text": only TierTrack and a
@@ -144,6 +150,7 @@ class Reading:
                       "server_per_message_s": 0.2, "server_per_message_sync_s": 0.0,
                       "server_per_aggregation_s": PAPER_CODE_AGGREGATION_S,
                       "eval_counts_toward_concurrency": True, "sync_records_stale": False,
+                      "sync_busy_selectable": True,
                       "async_exclusion": "every_async", **overrides})
 
     def resolved(self, mode: str, knowledge: Knowledge) -> "Reading":
@@ -217,6 +224,7 @@ SWITCH_SOURCES = {
     "server_per_aggregation_s": "C2: ATA:907-921, AG:214-247, STA:526-545 (fitted: docs/readings.md)",
     "eval_counts_toward_concurrency": "B3: AO:233-245, 1206",
     "sync_records_stale": "A14: OTA:76-78, 104-106",
+    "sync_busy_selectable": "A15: SO:197, 413-425; end.py:63-72; HT:194",
     "async_exclusion": "A11: AO:722-873, 875-916, 1241-1295, 1307-1327",
     "train_overhead_s": "D1: TR:289-332 (not in the bundle: unmeasured)",
     "selector.t_pref_over / unknown_duration_s": "A4: AO:480-523, 496-505; oort.py (SO):427-467",

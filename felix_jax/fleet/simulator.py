@@ -193,6 +193,10 @@ class FleetSimulator:
         self._server_free_at = 0.0
         # every async strategy excludes a picked client for the rest of the round (reading.async_exclusion)
         self._excludes_until_aggregation = config.mode == "async" and self.reading.async_exclusion == "every_async"
+        # a sync server that selects busy clients (reading.sync_busy_selectable): a client's tasks queue,
+        # each starting when the one before it ends (_client_free_at: when its queued work ends)
+        self._queues_busy = config.mode == "sync" and self.reading.sync_busy_selectable
+        self._client_free_at = np.zeros(len(counts), np.float64)
         self._eval_samples = np.minimum(counts, engine.num_eval_batches(np.arange(len(counts)), t0)
                                         * engine.train_cfg.batch_size)
 
@@ -306,7 +310,8 @@ class FleetSimulator:
         if k <= 0:
             return 0
         if kind == "train":
-            once = self.cfg.detaches_on_departure or self._excludes_until_aggregation
+            # a server that selects busy clients still picks a client once per round
+            once = self.cfg.detaches_on_departure or self._excludes_until_aggregation or self._queues_busy
             eligible = self.view.trainable(self.round, once)
             num_eligible = self.view.num_trainable(self.round, once)
             selector, state = self.selector, self._sel_state
@@ -375,6 +380,8 @@ class FleetSimulator:
             known_s = self.view.duration_s[client]  # measured durations: what the server knows at the pick
             measured = self.reading.duration_source == "measured" and np.isfinite(known_s)
             self.acct.picked_duration_s.append(float(known_s) if measured else work)
+            if self._queues_busy and self._client_free_at[client] > self.now:
+                self.acct.train_picks_busy += 1  # queued behind the client's earlier tasks
             if not known:
                 self.acct.train_picks_unexplored += 1
             else:
@@ -391,8 +398,11 @@ class FleetSimulator:
                 self.acct.evals_on_avl_eval += 1
             else:
                 self.acct.evals_on_avl_train += 1
-        timeline = task_timeline(self.client_trace, client, self.now, work, allowed, self.cfg.interruption,
+        starts = max(self.now, float(self._client_free_at[client])) if self._queues_busy else self.now
+        timeline = task_timeline(self.client_trace, client, starts, work, allowed, self.cfg.interruption,
                                  horizon_s=self.stop.max_virtual_s)
+        if self._queues_busy:
+            self._client_free_at[client] = timeline.finish_s
         task = Task(tid, client, kind, self.version, self.round, self.now, work, timeline)
         if self.engine.streams is not None and kind == "train":
             task.label_time_s, task.proxy_fraction = self.engine.streams.label_report(client, self.now)
@@ -407,7 +417,8 @@ class FleetSimulator:
         self.tasks[tid] = task
         if self._in_flight_n is not None:
             self._in_flight_n[kind] = self._in_flight_n.get(kind, 0) + 1
-        self.view.set_busy(client, True)
+        if not self._queues_busy:  # a server that selects busy clients does not mark them
+            self.view.set_busy(client, True)
         self.executor.submit(tid, client, self.version, kind, self.now)
         if timeline.interruptions:
             self.acct.interrupted_tasks += 1

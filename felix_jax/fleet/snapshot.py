@@ -321,6 +321,7 @@ def _state(sim: "FleetSimulator") -> dict:
         "executor": sim.executor.state_dict(),
         "accounting": sim.acct,
         "utility_by_eval": sim._utility_by_eval,
+        "client_free_at": sim._client_free_at,
         "checkpoints": sim.checkpoints,
         "aggregation_times": sim.aggregation_times,
         "accuracies": sim._accuracies,
@@ -377,6 +378,8 @@ def _apply(sim: "FleetSimulator", s: dict) -> None:
     sim.executor.load_state_dict(s["executor"])
     sim.acct = s["accounting"]
     sim._utility_by_eval = np.asarray(s["utility_by_eval"], bool).copy()
+    if "client_free_at" in s:  # a snapshot written before queued sync tasks existed has none (all zeros)
+        sim._client_free_at = np.asarray(s["client_free_at"], np.float64).copy()
     sim.checkpoints, sim.aggregation_times, sim._accuracies = s["checkpoints"], s["aggregation_times"], s["accuracies"]
     sim.engine.records[:] = s["cohort_calls"]
 
