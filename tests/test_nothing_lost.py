@@ -312,6 +312,24 @@ def test_a_matrix_cell_killed_outright_resumes_from_its_periodic_snapshot(tmp_pa
     assert resumed == [True] and done[0]["stop_reason"] == "max_aggregations" and done[0]["aggregations"] == 8
     cell = "runs/fedbuff-avail50-seed0/metrics.csv"
     assert ref and (tmp_path / "m" / cell).read_bytes() == (tmp_path / "ref" / cell).read_bytes()
+    # a snapshot this felix-jax cannot restore (written by a changed simulator): the cell starts again
+    import felix_jax.fleet.simulator as simulator_module
+    from felix_jax.fleet.snapshot import SnapshotError
+
+    monkeypatch.setattr(compare, "run", real_run)
+    monkeypatch.setattr(FleetSimulator, "_checkpoint", killed_at_version_5)
+    with pytest.raises(Killed):
+        run_matrix(base, ["fedbuff"], ["avail50"], [0], tmp_path / "m2", progress=False, plot=False,
+                   snapshot_minutes=1e-9)
+    monkeypatch.setattr(FleetSimulator, "_checkpoint", original)
+
+    def refuse(sim, path):
+        raise SnapshotError("written by another scenario")
+    monkeypatch.setattr(simulator_module, "load_snapshot", refuse)
+    again = run_matrix(base, ["fedbuff"], ["avail50"], [0], tmp_path / "m2", progress=False, plot=False,
+                       snapshot_minutes=1e-9)
+    assert again[0]["aggregations"] == 8
+    assert (tmp_path / "m2" / cell).read_bytes() == (tmp_path / "ref" / cell).read_bytes()
     # another scenario's snapshot is not resumed: that cell is refused as changed, as before
     with pytest.raises(compare.CellChanged):
         run_matrix(base.with_overrides({"max_aggregations": "9"}), ["fedbuff"], ["avail50"], [0], tmp_path / "m",

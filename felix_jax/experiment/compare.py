@@ -205,7 +205,16 @@ def _run_cell(sc: Scenario, run_dir: Path, progress: bool, deadline: float = mat
     time); any other unfinished cell starts again."""
     if time.time() > deadline:
         return None
-    resume = _interrupted_with_snapshot(run_dir) or _killed_with_snapshot(sc, run_dir)
+    killed = _killed_with_snapshot(sc, run_dir)
+    if killed:
+        from ..fleet.snapshot import SnapshotError
+
+        try:
+            return run(sc, run_dir, progress=progress, plot=plot, wall_budget_s=cell_budget_s, resume=True,
+                       snapshot_minutes=snapshot_minutes).summary
+        except SnapshotError as err:  # written by another felix-jax (a changed simulator): the cell starts again
+            print(f"{run_dir}: its snapshot cannot be resumed ({err}); the cell starts again", file=sys.stderr)
+    resume = _interrupted_with_snapshot(run_dir)
     return run(sc, run_dir, progress=progress, plot=plot, wall_budget_s=cell_budget_s, resume=resume,
                snapshot_minutes=snapshot_minutes).summary
 
