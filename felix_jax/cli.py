@@ -308,8 +308,10 @@ def _compare(args: argparse.Namespace) -> int:
     for rg in regimes:  # the name, and the trace file it reads
         try:
             if rg.startswith("ref:") and rg[4:] not in REFERENCE_TRACE_NAMES:
-                known = ", ".join("ref:" + n for n in REFERENCE_TRACE_NAMES)
-                raise KeyError(f"unknown reference trace; known: {known}")
+                from .suggest import known_names
+
+                names = [f"ref:{n}" for n in REFERENCE_TRACE_NAMES]
+                raise KeyError(f"unknown reference trace{known_names(rg, names, 'reference traces')}")
             make_trace(rg, 1, 0)
         except USER_ERRORS as e:
             raise SystemExit(f"felix-jax compare: availability {rg!r}: {_one_line(e)}")

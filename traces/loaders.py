@@ -119,7 +119,9 @@ def load_reference_trace(
     ``$FELIX_JAX_DATA``.
     """
     if name not in REFERENCE_TRACE_NAMES:
-        raise ValueError(f"unknown reference trace {name!r}; choose from {REFERENCE_TRACE_NAMES}")
+        from ..suggest import known_names
+
+        raise ValueError(f"unknown reference trace {name!r}{known_names(name, REFERENCE_TRACE_NAMES, 'reference traces')}")
     file = resolve_data_file(REFERENCE_TRACE_FILE, path)
     expected = f"the reference trace archive (npz arrays {name}_client, {name}_time_s, {name}_state, client)"
     with reading(file, expected), open_npz(file) as z:

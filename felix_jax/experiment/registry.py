@@ -24,7 +24,9 @@ import numpy as np
 from ..models import cifar_cnn, mlp, speech_cnn, speech_resnet
 from ..models.base import Model
 from ..options import OptionError
-from ..traces import (AvailabilityTrace, DeviceProfile, always_available, flash_profile, load_device_profile,
+from ..suggest import known_names
+from ..traces import (REFERENCE_TRACE_NAMES, AvailabilityTrace, DeviceProfile, always_available, flash_profile,
+                      load_device_profile,
                       load_fedscale_trace, load_interval_csv, load_interval_npz, load_reference_trace,
                       paper_halfnormal, reference_profile, slot_bernoulli)
 
@@ -105,9 +107,15 @@ def _load_trace(name: str, num_clients: int, seed: int, slot_s: float, horizon_s
     try:
         make = AVAILABILITY[name]
     except KeyError:
-        raise KeyError(f"unknown availability regime {name!r}; known: {', '.join(AVAILABILITY)}, ref:NAME, "
-                       f"or a trace file ({', '.join(TRACE_FILE_LOADERS)})") from None
+        raise KeyError(unknown_regime(name)) from None
     return make(num_clients, seed, slot_s, horizon_s)
+
+
+def unknown_regime(name: str) -> str:
+    """The one line for an availability name that is no regime, reference trace or trace file."""
+    regimes = [*AVAILABILITY, *(f"ref:{n}" for n in REFERENCE_TRACE_NAMES)]
+    return (f"unknown availability regime {name!r}"
+            + known_names(name, regimes, "regimes", f", or a trace file ({', '.join(TRACE_FILE_LOADERS)})"))
 
 
 DEVICE_PROFILES: dict[str, Callable[[int, int], DeviceProfile]] = {
@@ -126,8 +134,9 @@ def make_profile(name: str, num_clients: int, seed: int) -> DeviceProfile:
     try:
         return DEVICE_PROFILES[name](num_clients, seed)
     except KeyError:
-        raise KeyError(f"unknown device profile {name!r}; known: {', '.join(DEVICE_PROFILES)}, "
-                       "or a profile file (.csv, .npz)") from None
+        raise KeyError(f"unknown device profile {name!r}"
+                       + known_names(name, DEVICE_PROFILES, "device profiles", ", or a profile file (.csv, .npz)")) \
+            from None
 
 
 MODELS: dict[str, Callable[[tuple, int], Model]] = {
@@ -176,7 +185,7 @@ def make_model(name: str, input_shape: tuple, num_classes: int) -> Model:
     try:
         factory = MODELS[name]
     except KeyError:
-        raise KeyError(f"unknown model {name!r}; known: {', '.join(MODELS)}") from None
+        raise KeyError(f"unknown model {name!r}{known_names(name, MODELS, 'models')}") from None
     check_model_input(name, input_shape)
     model = factory(tuple(input_shape), num_classes)
     check_model_output(name, model, tuple(input_shape), num_classes)

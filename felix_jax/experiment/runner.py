@@ -235,8 +235,17 @@ def check_fleet(sc: Scenario, strategy) -> None:
     """Checks across fields and the strategy, before any data is loaded (a Scenario makes them when it
     is built, so the CLI and the Python API refuse alike)."""
     if sc.availability.startswith("ref:") and sc.availability[4:] not in REFERENCE_TRACE_NAMES:
-        raise OptionError(f"availability={sc.availability!r}: unknown reference trace; known: "
-                          + ", ".join(f"ref:{n}" for n in REFERENCE_TRACE_NAMES))
+        from ..suggest import known_names
+
+        raise OptionError(f"availability={sc.availability!r}: unknown reference trace"
+                          + known_names(sc.availability, [f"ref:{n}" for n in REFERENCE_TRACE_NAMES], "reference traces"))
+    from .registry import AVAILABILITY, is_file_name
+
+    if not sc.availability.startswith("ref:") and not is_file_name(sc.availability) \
+            and sc.availability not in AVAILABILITY:  # refused now, not once the run has made its folder
+        from .registry import unknown_regime
+
+        raise OptionError(f"availability={sc.availability!r}: {unknown_regime(sc.availability)}")
     if strategy.mode == "sync" and sc.aggregation_goal > sc.num_clients:
         raise OptionError(f"aggregation_goal={sc.aggregation_goal}: a sync round needs that many distinct clients "
                           f"but the population has num_clients={sc.num_clients}")

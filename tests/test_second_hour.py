@@ -1,0 +1,59 @@
+"""What a new user meets in their second hour: near-match suggestions for a mistyped name, the
+reading in a run's folder name and banner, CLI words in CLI errors, trace errors with the file's
+line, and a note when a trace or profile is reused cyclically."""
+
+from __future__ import annotations
+
+import pytest
+
+from felix_jax.cli import main
+from felix_jax.suggest import MAX_LISTED, NEAREST, did_you_mean, known_names, nearest
+
+
+def refused(argv: list[str], *expected: str) -> str:
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    message = info.value.code
+    assert isinstance(message, str), f"exit {message!r} without a message"
+    assert "\n" not in message and message.startswith(f"felix-jax {argv[0]}: "), message
+    for text in expected:
+        assert text in message, message
+    return message
+
+
+# ------------------------------------------------------------------ did you mean
+def test_the_nearest_names_come_first_and_a_close_one_is_suggested():
+    fields = ["timeout_s", "timeout_frees_slot", "semantics", "seed", "strategy", "slot_s"]
+    assert nearest("timeout", fields, 2) == ["timeout_s", "timeout_frees_slot"]
+    assert did_you_mean("semantic", fields) == "semantics"
+    assert did_you_mean("FeLiX", ["felix", "fedbuff"]) == "felix"  # case does not matter
+    assert did_you_mean("zzzz", fields) is None  # nothing close: no guess
+    assert did_you_mean("a", ["a_long_name", "normalize"]) is None  # a letter is no near match
+    few = known_names("avail5", ["avail100", "avail50"], "regimes")
+    assert few == "; did you mean 'avail50'? known: avail100, avail50"
+    many = [f"name{i}" for i in range(MAX_LISTED + 5)]
+    text = known_names("name3x", many, "things")
+    assert "did you mean 'name3'?" in text and f"felix-jax run --list shows all {len(many)} things" in text
+    assert text.count(",") == NEAREST - 1  # the nearest few, not the whole list
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["run", "--set", "strategy=felx"], "did you mean 'felix'?"),
+    (["run", "--set", "timeout=30"], "did you mean 'timeout_s'?"),
+    (["run", "--set", "semantic=paper_code"], "did you mean 'semantics'?"),
+    (["run", "--preset", "quickstrat"], "did you mean 'quickstart'?"),
+    (["run", "--set", "model=mpl"], "did you mean 'mlp'?"),
+    (["run", "--set", "availability=avail5"], "did you mean 'avail50'?"),
+    (["run", "--set", "availability=syn_50"], "did you mean 'ref:syn_50'?"),
+    (["run", "--set", "strategy=felix", "--set", "aggregator.normalise=true"], "did you mean 'normalize'?"),
+    (["run", "--set", "strategy=felix", "--set", "selector.variant=fedscal"], "did you mean 'fedscale'?"),
+    (["run", "--set", "selecter.variant=fedscale"], "did you mean 'selector.variant'?"),
+    (["compare", "--scenario", "tiny", "--strategies", "oort_async", "--quiet"], "did you mean 'oort-async'?"),
+    (["compare", "--scenario", "tiny", "--availability", "ref:syn50", "--quiet"], "did you mean 'ref:syn_50'?"),
+], ids=["strategy", "field", "semantics", "preset", "model", "regime", "ref-regime", "aggregator-option",
+        "selector-variant", "option-field", "compare-strategy", "compare-ref"])
+def test_a_mistyped_name_gets_its_near_match_in_one_short_line(argv, expected, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    message = refused(argv, expected)
+    assert len(message) < 400, message  # the nearest few names, not every field
+    assert not (tmp_path / "results").exists()
