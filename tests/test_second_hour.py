@@ -57,3 +57,29 @@ def test_a_mistyped_name_gets_its_near_match_in_one_short_line(argv, expected, t
     message = refused(argv, expected)
     assert len(message) < 400, message  # the nearest few names, not every field
     assert not (tmp_path / "results").exists()
+
+
+# ------------------------------------------------------------------ the reading in names
+def test_the_reading_names_its_default_folder_and_shows_in_the_banner(tmp_path, monkeypatch, capsys):
+    from felix_jax.experiment import get_preset
+    from felix_jax.experiment.naming import default_compare_dir, default_run_dir, reading_label
+
+    tiny = get_preset("tiny")
+    assert str(default_run_dir(tiny)) == "results/tiny-fedbuff-avail100-seed0"
+    code = tiny.with_overrides({"semantics": "paper_code"})
+    assert str(default_run_dir(code)) == "results/tiny-fedbuff-avail100-paper_code-seed0"
+    switch = tiny.with_overrides({"reading.sync_records_stale": "false"})
+    assert default_run_dir(switch).name == "tiny-fedbuff-avail100-paper+sync_records_stale-false-seed0"
+    assert reading_label(switch) == "paper + reading.sync_records_stale=false"
+    assert str(default_compare_dir(code)) == "results/compare-tiny-paper_code"
+    assert str(default_compare_dir(tiny)) == "results/compare-tiny"
+    # the plain run after the as-run one: each in its own folder, neither refused
+    monkeypatch.chdir(tmp_path)
+    quick = ["run", "--preset", "tiny", "--quiet", "--set", "max_aggregations=2", "--set", "target_accuracy=none"]
+    assert main([*quick, "--set", "semantics=paper_code"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert "| reading paper_code |" in first and "tiny-fedbuff-avail100-paper_code-seed0" in first
+    assert main(quick) == 0
+    assert "| reading paper |" in capsys.readouterr().out.splitlines()[0]
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == [
+        "tiny-fedbuff-avail100-paper_code-seed0", "tiny-fedbuff-avail100-seed0"]
