@@ -21,7 +21,10 @@ USER_ERRORS = (OSError, KeyError, DataFileError, OptionError, SnapshotError, Pol
 
 
 def _one_line(e: BaseException) -> str:
-    """The message of a user error, without the exception's repr noise (an OSError's errno)."""
+    """The message of a user error, without the exception's repr noise (an OSError's errno), in the
+    command line's words where the error has them (``cli_message``: ``FELIX_JAX_DATA``, not ``path=``)."""
+    if getattr(e, "cli_message", None):
+        return e.cli_message
     if isinstance(e, OSError) and e.strerror:
         return f"{e.filename}: {e.strerror}" if e.filename else e.strerror
     return str(e.args[0]) if e.args else str(e) or type(e).__name__

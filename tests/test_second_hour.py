@@ -83,3 +83,68 @@ def test_the_reading_names_its_default_folder_and_shows_in_the_banner(tmp_path, 
     assert "| reading paper |" in capsys.readouterr().out.splitlines()[0]
     assert sorted(p.name for p in (tmp_path / "results").iterdir()) == [
         "tiny-fedbuff-avail100-paper_code-seed0", "tiny-fedbuff-avail100-seed0"]
+
+
+# ------------------------------------------------------------------ CLI words in CLI errors
+TRACE_FILE = "traces/felix_reference_300clients.npz"
+CIFAR_FILE = "cifar10/cifar10_jpeg_bytes.npz"
+
+
+def _data_folder(root):
+    for relative in (TRACE_FILE, CIFAR_FILE):
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / relative).write_bytes(b"not read: only found")
+    return root
+
+
+@pytest.fixture
+def no_data(monkeypatch, tmp_path):
+    monkeypatch.delenv("FELIX_JAX_DATA", raising=False)
+    monkeypatch.setenv("FELIX_JAX_CACHE", str(tmp_path / "cache"))
+    return monkeypatch
+
+
+REF_RUN = ["run", "--preset", "tiny", "--quiet", "--set", "availability=ref:syn_50"]
+CIFAR_RUN = ["run", "--preset", "tiny", "--quiet", "--set", "dataset=cifar10"]
+
+
+def test_missing_data_is_said_in_cli_words(no_data, tmp_path):
+    for argv in (REF_RUN, CIFAR_RUN):
+        message = refused([*argv, "--out", str(tmp_path / "o")], "FELIX_JAX_DATA")
+        for python_words in ("path=", "data_dir", "load_digits_embedded", "Pass "):
+            assert python_words not in message, message
+    no_data.setenv("FELIX_JAX_DATA", str(tmp_path / "nowhere"))
+    refused([*CIFAR_RUN, "--out", str(tmp_path / "o")], f"FELIX_JAX_DATA={tmp_path / 'nowhere'}: no such folder")
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("where", ["above", "inside"])
+def test_a_data_folder_one_level_off_is_named(no_data, tmp_path, where):
+    data = _data_folder(tmp_path / "shared" / "data")
+    wrong = tmp_path / "shared" if where == "above" else data / "cifar10"
+    no_data.setenv("FELIX_JAX_DATA", str(wrong))
+    how = "high" if where == "above" else "deep"
+    for argv in (REF_RUN, CIFAR_RUN):
+        if where == "inside" and argv is REF_RUN:
+            continue  # data/cifar10 holds no traces/...; the trace file is found by name only beside it
+        refused([*argv, "--out", str(tmp_path / "o")], f"FELIX_JAX_DATA={wrong} is one level too {how}",
+                f"set FELIX_JAX_DATA={data}")
+
+
+def test_the_python_api_keeps_its_own_words(no_data, tmp_path):
+    from felix_jax.data.paths import data_file
+    from felix_jax.traces import load_reference_trace
+
+    with pytest.raises(FileNotFoundError, match="pass path="):
+        load_reference_trace("syn_50")
+    data = _data_folder(tmp_path / "shared" / "data")
+    with pytest.raises(FileNotFoundError, match=f"data_dir={tmp_path / 'shared'} is one level too high"):
+        data_file(CIFAR_FILE, tmp_path / "shared")
+    assert data_file(CIFAR_FILE, data) == data / CIFAR_FILE
+
+
+def test_resuming_a_finished_run_says_it_finished(tmp_path):
+    out = tmp_path / "r"
+    assert main(["run", "--preset", "tiny", "--quiet", "--set", "max_aggregations=2", "--set",
+                 "target_accuracy=none", "--out", str(out)]) == 0
+    refused(["run", "--resume", str(out)], "that run finished (stop reason: max_aggregations); nothing to resume")

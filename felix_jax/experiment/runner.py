@@ -511,6 +511,11 @@ def _run(sc, out_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_
     if resume and out_dir is None:
         raise ValueError("resume needs the results folder of the run to continue")
     snap_dir = None if out_dir is None else Path(out_dir) / SNAPSHOT_DIR
+    if resume:
+        finished = finished_stop_reason(Path(out_dir))
+        if finished is not None:  # its results are complete: there is nothing to continue
+            raise FileNotFoundError(f"{out_dir}: that run finished (stop reason: {finished}); nothing to resume "
+                                    "(rerun it with --overwrite, or give --out another folder)")
     if resume and not (snap_dir / "LATEST").is_file():
         raise FileNotFoundError(f"{out_dir} holds no snapshot to resume ({snap_dir}/LATEST is missing); "
                                 "a run writes snapshots with --snapshot-every N")
@@ -523,6 +528,17 @@ def _run(sc, out_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_
         result = _run_into(sc, write_dir, write_dir / SNAPSHOT_DIR, progress, plot,
                            stop_on_signals, snapshot_every, snapshot_minutes, resume, wall_budget_s, batch, t_call)
     return dataclasses.replace(result, out_dir=out)
+
+
+def finished_stop_reason(out_dir: Path) -> str | None:
+    """The stop reason of the finished run whose results ``out_dir`` holds (its ``summary.json``), None
+    when there is none or it stopped to be resumed (``interrupted``, ``wall_budget``)."""
+    try:
+        summary = json.loads((out_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    reason = summary.get("stop_reason") if isinstance(summary, dict) else None
+    return reason if isinstance(reason, str) and reason not in ("interrupted", "wall_budget") else None
 
 
 def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_minutes, resume,
