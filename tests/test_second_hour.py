@@ -148,3 +148,57 @@ def test_resuming_a_finished_run_says_it_finished(tmp_path):
     assert main(["run", "--preset", "tiny", "--quiet", "--set", "max_aggregations=2", "--set",
                  "target_accuracy=none", "--out", str(out)]) == 0
     refused(["run", "--resume", str(out)], "that run finished (stop reason: max_aggregations); nothing to resume")
+
+
+# ------------------------------------------------------------------ trace files
+@pytest.mark.parametrize("text, expected", [
+    ("# my phones\nclient,time_s,state\n0,0,AVL_TRAIN\n0,-5,UN_AVL\n", "line 4: negative time -5.0"),
+    ("client,time_s,state\n0,0,AVL_TRAIN\n\n0,5\n", "line 4: 2 fields, but the header line client,time_s,state has 3"),
+    ("client,time_s,state\n0,0,AVL_TRAIN\n0,1O.0,UN_AVL\n", "line 3: time_s '1O.0' is not a number"),
+    ("client,time_s,state\n0,0,AVL_TRAIN\n0,inf,UN_AVL\n", "line 3: time_s 'inf' is not finite"),
+    ("client,time_s,state\n0,0,ONLINE\n", "line 2: unknown tier name 'ONLINE'"),
+    ("client,time_s,state\nx,0,AVL_TRAIN\n", "line 2: client id 'x' is not a whole number"),
+    ("client;time_s;state\n0;0;AVL_TRAIN\n", "line 1: header ['client;time_s;state'] lacks columns"),
+], ids=["negative-time", "ragged", "not-a-number", "not-finite", "state", "client-id", "semicolons"])
+def test_a_bad_trace_csv_names_the_line_of_the_file(tmp_path, text, expected):
+    from felix_jax.traces import DataFileError, load_interval_csv
+
+    (tmp_path / "t.csv").write_text(text)
+    with pytest.raises(DataFileError) as info:
+        load_interval_csv(tmp_path / "t.csv")
+    assert expected in str(info.value) and "\n" not in str(info.value)
+    if "lacks columns" in expected:
+        assert "looks ';'-separated: felix-jax reads comma-separated values" in str(info.value)
+    refused(["run", "--preset", "tiny", "--quiet", "--set", f"availability={tmp_path / 't.csv'}",
+             "--out", str(tmp_path / "o")], "t.csv", expected)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("# lab phones\n\ntrain_delay_s,up_kbps\n1,2\n3\n", "line 5: 1 field, but the header line"),
+    ("train_delay_s,up_kbps\n1,2\n-3,4\n", "line 3: train_delay_s '-3' must be a finite number of seconds >= 0"),
+    ("train_delay_s,up_kbps\n1,2\nabc,4\n", "line 3: train_delay_s 'abc' is not a number"),
+    ("train_delay_s;up_kbps\n1;2\n", "line 1: the header 'train_delay_s;up_kbps' looks ';'-separated"),
+], ids=["ragged", "negative", "not-a-number", "semicolons"])
+def test_a_bad_profile_csv_names_the_line_of_the_file(tmp_path, text, expected):
+    from felix_jax.traces import DataFileError, load_device_profile
+
+    (tmp_path / "p.csv").write_text(text)
+    with pytest.raises(DataFileError) as info:
+        load_device_profile(tmp_path / "p.csv")
+    assert expected in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_trace_or_profile_with_fewer_clients_says_it_is_reused_once(tmp_path, capsys):
+    from felix_jax.experiment.registry import make_profile, make_trace
+
+    (tmp_path / "six.csv").write_text("client,time_s,state\n" + "".join(f"{c},0,AVL_TRAIN\n" for c in range(6)))
+    (tmp_path / "two.csv").write_text("train_delay_s\n1\n2\n")
+    make_trace(str(tmp_path / "six.csv"), 12, 0)
+    make_trace(str(tmp_path / "six.csv"), 12, 1)  # the same again: said once
+    make_trace(str(tmp_path / "six.csv"), 4, 0)  # fewer clients than the file: nothing to say
+    make_profile(str(tmp_path / "two.csv"), 5, 0)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2, lines
+    assert "availability file six.csv holds 6 clients" in lines[0] and "(clients 12 > 6 in the file)" in lines[0]
+    assert "reused cyclically" in lines[0]
+    assert "device profile two.csv holds 2 clients" in lines[1] and "(clients 5 > 2 in the file)" in lines[1]
