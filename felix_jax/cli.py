@@ -533,7 +533,7 @@ COMPARE_EXAMPLES = """examples:
   felix-jax compare                                          # FeLiX vs OORT+Async vs FedBuff, 100% and 50%
   felix-jax compare --scenario tiny --strategies felix,oort-async-oracle --availability avail50 --seeds 0,1,2
   felix-jax compare --set trace_start_s=1800 --availability ref:syn_50,ref:mobiperf_3st_50 --out results/c
-  felix-jax compare --strategies felix,oort-async-oracle@oracle_departure=free_slot --sweep timeout_s=30,90
+  felix-jax compare --strategies felix,oort-async-oracle@oracle_departure=free_slot --sweep concurrency=4,8
   felix-jax compare --seeds 0,1,2 --batch 6                  # 6 experiments at a time, device calls shared
   felix-jax compare --seeds 0,1,2 --batch 3 --executor ray --ray-address auto   # batches as Ray tasks"""
 

@@ -560,10 +560,14 @@ def comparison_table(rows: list[dict], strategies: list[str], regimes: list[str]
 
 def write_tables(rows: list[dict], strategies: list[str], regimes: list[str], out: Path,
                  reference: str | None = None) -> str:
-    """``table.txt`` (:func:`comparison_table`) and ``summary_pooled.csv`` (:func:`write_pooled_csv`)
-    in ``out``, as ``felix-jax compare`` writes them; returns the table's text."""
+    """``table.txt`` (:func:`comparison_table`, then a warning line for variants of a strategy that ran
+    identically: ``variants.identical_variant_warnings``) and ``summary_pooled.csv``
+    (:func:`write_pooled_csv`) in ``out``, as ``felix-jax compare`` writes them; returns the table's text."""
+    from .variants import identical_variant_warnings
+
     reference = _default_reference(strategies) if reference is None else reference
     table = comparison_table(rows, strategies, regimes, reference)
+    table = "\n".join([table, *identical_variant_warnings(rows, strategies, regimes)])  # an option that did nothing
     out = Path(out)
     (out / "table.txt").write_text(table + "\n")
     write_pooled_csv(rows, strategies, regimes, out, reference)
