@@ -27,7 +27,10 @@ TRACEBACK_ENV = "FELIX_JAX_TRACEBACK"
 
 
 def _one_line(e: BaseException) -> str:
-    """The message of a user error, without the exception's repr noise (an OSError's errno)."""
+    """The message of a user error, without the exception's repr noise (an OSError's errno), in the
+    command line's words where the error has them (``cli_message``: ``FELIX_JAX_DATA``, not ``path=``)."""
+    if getattr(e, "cli_message", None):
+        return e.cli_message
     if isinstance(e, OSError) and e.strerror:
         return f"{e.filename}: {e.strerror}" if e.filename else e.strerror
     return str(e.args[0]) if e.args else str(e) or type(e).__name__
@@ -212,9 +215,9 @@ def _run(args: argparse.Namespace) -> int:
             scenario = scenario.with_overrides(_parse_sets(args.set or []))
         except (KeyError, ValueError) as e:
             raise SystemExit(f"felix-jax run: {_one_line(e)}")
-        regime = Path(scenario.availability).name.replace(":", "_")  # a trace file by its name, not its path
-        out = Path(args.out) if args.out else Path("results") / (
-            f"{scenario.name}-{scenario.strategy}-{regime}-seed{scenario.seed}")
+        from .experiment.naming import default_run_dir
+
+        out = Path(args.out) if args.out else default_run_dir(scenario)  # the reading in it, where not the default
     _check_devices(scenario)
     _enable_cache("run")  # before the results folder is made: a cache that cannot be used leaves nothing
     created = not out.exists()
@@ -240,11 +243,12 @@ def _enable_cache(command: str) -> None:
 
 
 def _run_locked(args, scenario, out: Path, created: bool, snapshots: dict) -> int:
+    from .experiment.naming import reading_label
     from .experiment.results import OutputDirError, holds_run_results, remove_if_unused
     from .experiment.runner import run
 
     print(f"felix-jax run: {scenario.name} | strategy {scenario.strategy} | availability {scenario.availability} "
-          f"| {scenario.num_clients} clients | results -> {out}", flush=True)
+          f"| reading {reading_label(scenario)} | {scenario.num_clients} clients | results -> {out}", flush=True)
     replacing = not args.resume and holds_run_results(out)  # written aside, swapped in once finished
     kept = f"; the earlier results in {out} are kept" if replacing else ""
     try:
@@ -339,8 +343,10 @@ def _compare(args: argparse.Namespace) -> int:
     for rg in regimes:  # the name, and the trace file it reads
         try:
             if rg.startswith("ref:") and rg[4:] not in REFERENCE_TRACE_NAMES:
-                known = ", ".join("ref:" + n for n in REFERENCE_TRACE_NAMES)
-                raise KeyError(f"unknown reference trace; known: {known}")
+                from .suggest import known_names
+
+                names = [f"ref:{n}" for n in REFERENCE_TRACE_NAMES]
+                raise KeyError(f"unknown reference trace{known_names(rg, names, 'reference traces')}")
             make_trace(rg, 1, 0)
         except USER_ERRORS as e:
             raise SystemExit(f"felix-jax compare: availability {rg!r}: {_one_line(e)}")
@@ -348,7 +354,9 @@ def _compare(args: argparse.Namespace) -> int:
     _enable_cache("compare")  # before the results folder is made
     if args.out is not None and not args.out.strip():
         raise SystemExit(f"felix-jax compare: --out {args.out!r}: an empty path; give a folder name")
-    out = Path(args.out or f"results/compare-{base.name}")
+    from .experiment.naming import default_compare_dir
+
+    out = Path(args.out) if args.out else default_compare_dir(base)
     with contextlib.ExitStack() as held:
         try:  # one writer per folder for the whole comparison, never a run's folder
             held.enter_context(folder_lock(out, "felix-jax compare"))
@@ -559,7 +567,7 @@ COMPARE_EXAMPLES = """examples:
   felix-jax compare                                          # FeLiX vs OORT+Async vs FedBuff, 100% and 50%
   felix-jax compare --scenario tiny --strategies felix,oort-async-oracle --availability avail50 --seeds 0,1,2
   felix-jax compare --set trace_start_s=1800 --availability ref:syn_50,ref:mobiperf_3st_50 --out results/c
-  felix-jax compare --strategies felix,oort-async-oracle@oracle_departure=free_slot --sweep timeout_s=30,90
+  felix-jax compare --strategies felix,oort-async-oracle@oracle_departure=free_slot --sweep concurrency=4,8
   felix-jax compare --seeds 0,1,2 --batch 6                  # 6 experiments at a time, device calls shared
   felix-jax compare --seeds 0,1,2 --batch 3 --executor ray --ray-address auto   # batches as Ray tasks"""
 
@@ -572,7 +580,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--preset", default=None, help="scenario preset (default quickstart; see --list)")
     run.add_argument("--config", help="a JSON file of scenario fields (instead of --preset)")
     run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a scenario field (repeatable)")
-    run.add_argument("--out", help="results folder (default results/<name>-<strategy>-<availability>-seed<k>)")
+    run.add_argument("--out", help="results folder (default results/<name>-<strategy>-<availability>-seed<k>; "
+                                   "a reading other than the paper's text before the seed: ...-paper_code-seed<k>)")
     run.add_argument("--list", action="store_true", help="list presets, strategies and availability regimes")
     run.add_argument("--overwrite", action="store_true",
                      help="replace the results of an earlier run in --out (refused otherwise)")
@@ -600,7 +609,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "STRATEGY@KEY=V; repeatable: every combination)")
     cmp_.add_argument("--seeds", default="0", help="comma-separated seeds")
     cmp_.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a scenario field (repeatable)")
-    cmp_.add_argument("--out", help="output folder (default results/compare-<scenario>)")
+    cmp_.add_argument("--out", help="output folder (default results/compare-<scenario>, "
+                                    "results/compare-<scenario>-paper_code for the code's reading)")
     cmp_.add_argument("--overwrite", action="store_true",
                       help="rerun every cell (default: keep the cells that finished earlier with the same scenario)")
     cmp_.add_argument("--batch", type=int, default=None, metavar="N",

@@ -121,13 +121,19 @@ class OptionSpec:
             return None
         variant = options.pop("variant", self.default_variant)
         if variant is not None and variant not in self.variants:
+            from .suggest import did_you_mean
+
             known = ", ".join(self.variants) or "none"
-            raise OptionError(f"{where}.variant={variant!r}: known variants are {known}")
+            guess = did_you_mean(str(variant), self.variants)
+            raise OptionError(f"{where}.variant={variant!r}: " + (f"did you mean {guess!r}? " if guess else "")
+                              + f"known variants are {known}")
         parsed = {}
         for key, value in options.items():
             if key not in fields:
-                raise OptionError(f"{where}.{key}: unknown option; options: {', '.join(sorted(fields))}"
-                                  + (", variant" if self.variants else ""))
+                from .suggest import known_names
+
+                names = sorted(fields) + (["variant"] if self.variants else [])
+                raise OptionError(f"{where}.{key}: unknown option" + known_names(key, names, f"{where} options"))
             parsed[key] = parse_value(f"{where}.{key}", value, fields[key])
         make = self.variants[variant] if variant is not None else self.config
         try:

@@ -62,7 +62,7 @@ def test_device_profile_from_csv_and_npz(tmp_path):
     with pytest.raises(DataFileError, match="q.csv: columns"):
         load_device_profile(tmp_path / "q.csv")
     (tmp_path / "r.csv").write_text("train_delay_s\n-1\n")
-    with pytest.raises(DataFileError, match="train_delay_s must be finite and >= 0"):
+    with pytest.raises(DataFileError, match="r.csv: line 2: train_delay_s '-1' must be a finite number of seconds >= 0"):
         load_device_profile(tmp_path / "r.csv")
 
 

@@ -181,12 +181,20 @@ def test_the_legend_fits_and_the_reference_is_drawn_on_top_in_its_own_style(comp
     assert legend._ncols < len(STRATEGIES) + 1  # more than one row on one narrow panel
 
 
-def test_bar_labels_have_headroom(comparison, drawn):
+def test_bar_labels_fit_without_an_axis_far_past_the_longest_bar(comparison, drawn):
     out, rows = comparison
-    plot_comparison(rows, STRATEGIES, ["avail50"], out)
-    ax = drawn["bytes.png"].axes[0]  # horizontal bars: a long strategy label reads along its row
-    longest = max(p.get_x() + p.get_width() for p in ax.patches)
-    assert ax.get_xlim()[1] >= 1.5 * longest  # room for "0.1 GB, eval 10.0%" beside the longest bar
+    plot_comparison(rows, STRATEGIES, ["avail50", TRACE], out)
+    fig = drawn["bytes.png"]
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes[:2]:  # horizontal bars: a long strategy label reads along its row
+        longest = max(p.get_x() + p.get_width() for p in ax.patches)
+        assert longest < ax.get_xlim()[1] <= 1.25 * longest  # not 1.7x: 1.41 GB no longer runs to 2.4
+        box = ax.get_window_extent(renderer)
+        for label in ax.texts:  # every label inside the panel: beside its bar, or inside it
+            extent = label.get_window_extent(renderer)
+            assert box.x0 <= extent.x0 and extent.x1 <= box.x1 + 0.5, label.get_text()
+    inside = [t for t in fig.axes[0].texts if t.get_horizontalalignment() == "right"]
+    assert inside and all(t.get_color() == "white" for t in inside)  # the longest bars hold their labels
 
 
 def test_time_to_target_marks_each_seed_and_the_unreached_at_the_runs_end(comparison, drawn):
@@ -253,3 +261,73 @@ def test_plot_trace_draws_tier_shares_and_a_client_raster(tmp_path, monkeypatch)
     assert image.shape == (2, 600) and set(np.unique(image)) == {0, 1, 2}
     with pytest.raises(KeyError, match="unknown availability regime"):
         plot_trace("avail42")
+
+
+# ------------------------------------------------------------------ a sweep's variants
+SWEEP = ["felix@timeout_s=30", "felix@timeout_s=90", "oort-async-oracle@oracle_departure=free_slot;timeout_s=30",
+         "oort-async-oracle@oracle_departure=free_slot;timeout_s=90"]
+
+
+@pytest.fixture
+def sweep(tmp_path):
+    rows = []
+    for st in SWEEP:
+        for seed in (0, 1, 2):  # each strategy's two variants ran the same: their curves coincide
+            rows.append(_cell(tmp_path, st, "avail50", seed, 0.1 * (seed + 1), 0.8, [0.5, 1.0, 1.5]))
+    return tmp_path, rows
+
+
+def test_a_sweeps_variants_stay_visible_where_their_curves_coincide(sweep, drawn):
+    import warnings
+
+    out, rows = sweep
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "Tight layout not applied" for a sweep's long labels
+        plot_comparison(rows, SWEEP, ["avail50"], out, reference="felix@timeout_s=30")
+    styles = strategy_styles(SWEEP, "felix@timeout_s=30")
+    assert styles[SWEEP[0]]["color"] == styles[SWEEP[1]]["color"]  # one strategy, one color
+    assert len({s["marker"] for s in styles.values()}) >= 2 and styles[SWEEP[0]]["marker"] != styles[SWEEP[1]][
+        "marker"]
+    assert styles[SWEEP[0]]["markevery"] != styles[SWEEP[1]]["markevery"]  # offset along the curve
+    # the second variant is drawn above the first, even where the first is the reference
+    assert styles[SWEEP[1]]["zorder"] > styles[SWEEP[0]]["zorder"] > styles[SWEEP[2]]["zorder"]
+    lines = {ln.get_label(): ln for ln in drawn["accuracy.png"].axes[0].get_lines()}
+    assert lines[SWEEP[1]].get_zorder() > lines[SWEEP[0]].get_zorder()
+    assert lines[SWEEP[1]].get_marker() not in ("None", None, "")
+    # plain strategies keep plain lines
+    assert "marker" not in strategy_styles(STRATEGIES, "felix")["felix"]
+
+
+def test_a_panel_without_values_names_a_sweeps_strategies_one_a_line(sweep, drawn):
+    out, rows = sweep
+    for r in rows:  # no utility ages anywhere: the panel says so
+        d = json.loads((Path(r["run_dir"]) / "distributions.json").read_text())
+        (Path(r["run_dir"]) / "distributions.json").write_text(json.dumps({**d, "utility_age": []}))
+    plot_comparison(rows, SWEEP, ["avail50"], out)
+    (note,) = drawn["cdfs.png"].axes[1].texts
+    assert note.get_text().splitlines() == ["no values:", *SWEEP] and not note.get_in_layout()
+
+
+def test_time_to_targets_mean_has_a_lane_and_a_glyph_of_its_own(comparison, drawn):
+    out, rows = comparison
+    everyone = [r for r in rows if r["strategy"] != "fedbuff"]
+    names = [st for st in STRATEGIES if st != "fedbuff"]
+    plot_comparison(everyone, names, ["avail50"], out)
+    fig = drawn["time_to_target.png"]
+    ax = fig.axes[0]
+    seeds = [ln for ln in ax.get_lines() if ln.get_marker() == "o"]
+    means = [ln for ln in ax.get_lines() if ln.get_marker() == "|" and ln.get_markersize() > 8]  # not the caps
+    assert len(means) == len(names)  # a bar, not a square that reads as one more seed
+    for mean in means:
+        row = round(float(mean.get_ydata()[0]))
+        mine = [float(s.get_ydata()[0]) for s in seeds if round(float(s.get_ydata()[0])) == row]
+        assert len(mine) == 3 and min(float(mean.get_ydata()[0]) - y for y in mine) >= 0.2
+    # every seed reached it: the legend has no "did not reach" marker
+    texts = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert not any("did not" in t for t in texts) and any(t.startswith("mean over") for t in texts)
+    # a seed that missed brings it back; one seed alone gets no separate mean
+    plot_comparison([r for r in rows if r["seed"] == 1], STRATEGIES, ["avail50"], out)
+    fig = drawn["time_to_target.png"]
+    texts = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert any("did not" in t for t in texts) and not any(t.startswith("mean over") for t in texts)
+    assert not [ln for ln in fig.axes[0].get_lines() if ln.get_marker() == "|" and ln.get_markersize() > 8]

@@ -37,6 +37,11 @@ def test_a_sweep_runs_resumes_and_tabulates(tmp_path, capsys):
     ))["scenario"]["timeout_s"] == 30.0
     for name in ("accuracy.png", "bytes.png", "cdfs.png", "table.txt"):
         assert (out / name).is_file()
+    # three aggregations end before any 30 s timer fires: each strategy's two variants ran identically
+    for line in (first, (out / "table.txt").read_text()):
+        assert "warning: felix@timeout_s=30 and felix@timeout_s=90 ran identically on avail50 (seed 0" in line
+        assert "timeout_s changed nothing there" in line
+        assert f"{CELLS[2]} and {CELLS[3]} ran identically" in line
     # again: every cell is kept, and one line says that the table is the earlier one's
     assert main(sweep_argv(out)) == 0
     again = capsys.readouterr().out
@@ -147,3 +152,70 @@ def test_a_cell_recorded_before_a_field_existed_still_counts_as_finished(tmp_pat
     (tmp_path / "summary.json").write_text(json.dumps({"stop_reason": "target"}))
     assert _changed_cell(sc, tmp_path) is None
     assert "trace_speedup 1.0 -> 3.0" in _changed_cell(sc.with_overrides({"trace_speedup": 3}), tmp_path)
+
+
+def _run_folder(root, name, metrics, dispatches):
+    folder = root / name
+    folder.mkdir(parents=True)
+    (folder / "metrics.csv").write_text("time_s,hours,version,accuracy\n" + metrics)
+    (folder / "events.csv").write_text("time_s,event,client,kind,version,staleness,weight,tier\n" + "".join(
+        f"{t},dispatch,{c},train,0,-1,,2\n" for t, c in dispatches) + "9.0,reply,0,train,0,0,,2\n")
+    return str(folder)
+
+
+def test_variants_that_ran_identically_are_named_with_the_option(tmp_path):
+    from felix_jax.experiment.variants import identical_variant_warnings, identical_variants, run_fingerprint
+
+    same = "0,0,0,0.1\n10,0.003,1,0.4\n"
+    rows = []
+    for seed in (0, 1):
+        for label, metrics, dispatches in (
+                ("felix@timeout_s=30", same, [(0.0, 1), (1.0, 2)]),
+                ("felix@timeout_s=90", same, [(0.0, 1), (1.0, 2)]),  # the same run
+                ("felix@timeout_s=150", same, [(0.0, 1), (1.0, 3)]),  # same metrics, another client dispatched
+                ("fedbuff", same, [(0.0, 1), (1.0, 2)])):  # another strategy: never compared
+            rows.append({"strategy": label, "availability": "avail50", "seed": seed,
+                         "run_dir": _run_folder(tmp_path, f"{label}-{seed}", metrics, dispatches)})
+    labels = ["felix@timeout_s=30", "felix@timeout_s=90", "felix@timeout_s=150", "fedbuff"]
+    assert run_fingerprint(rows[0]["run_dir"]) == run_fingerprint(rows[1]["run_dir"]) != run_fingerprint(
+        rows[2]["run_dir"])
+    groups = identical_variants(rows, labels, ["avail50"])
+    assert groups == [{"labels": labels[:2], "options": ["timeout_s"], "regimes": ["avail50"], "seeds": [0, 1]}]
+    (line,) = identical_variant_warnings(rows, labels, ["avail50"])
+    assert line.startswith("warning: felix@timeout_s=30 and felix@timeout_s=90 ran identically on avail50 "
+                           "(seeds 0,1") and "timeout_s changed nothing there" in line
+    # a seed where they differ: not identical
+    other = _run_folder(tmp_path, "other", "0,0,0,0.1\n10,0.003,1,0.5\n", [(0.0, 1), (1.0, 2)])
+    rows[4 + 1]["run_dir"] = other  # felix@timeout_s=90, seed 1
+    assert identical_variants(rows, labels, ["avail50"]) == []
+    # a plain strategy and its variant differ in the variant's option
+    plain = [dict(r, strategy="felix") if r["strategy"] == "felix@timeout_s=30" else r for r in rows]
+    groups = identical_variants(plain, ["felix", "felix@timeout_s=90"], ["avail50"])
+    assert [g["options"] for g in groups] == []  # seed 1 differs
+    plain = [r for r in plain if r["seed"] == 0]
+    assert [g["options"] for g in identical_variants(plain, ["felix", "felix@timeout_s=90"], ["avail50"])] == [
+        ["timeout_s"]]
+
+
+def test_timeout_s_changes_a_run_only_where_a_timer_frees_a_slot(tmp_path):
+    """The finding behind the warning (docs/results.md): the server's timer keeps the task's slot (the
+    FeLiX code's C5) and a late reply is still aggregated, so timeout_s 30 and 90 give the same run
+    while 30 s timers fire and 90 s ones do not; with timeout_frees_slot=true a blind server refills
+    the slot at the timer, and the runs differ."""
+    from felix_jax.experiment import get_preset
+    from felix_jax.experiment.runner import run
+
+    base = get_preset("tiny").with_overrides({"availability": "avail50", "max_aggregations": "12",
+                                              "target_accuracy": "none"})
+
+    def one(strategy, timeout, **more):
+        folder = tmp_path / f"{strategy}-{timeout}-{len(more)}"
+        result = run(base.with_overrides({"strategy": strategy, "timeout_s": timeout, **more}), folder, plot=False)
+        return (folder / "metrics.csv").read_bytes(), result.summary["timeouts"]
+
+    for strategy in ("felix", "oort-async"):
+        (short, fired), (long, none) = one(strategy, "30"), one(strategy, "90")
+        assert fired > none == 0, strategy  # 30 s timers fired, 90 s ones did not ...
+        assert short == long, strategy  # ... and changed nothing
+    freed = [one("oort-async", t, timeout_frees_slot="true")[0] for t in ("30", "90")]
+    assert freed[0] != freed[1]

@@ -73,7 +73,7 @@ def test_unknown_names_give_clear_errors():
     from felix_jax.experiment.registry import make_trace
     from felix_jax.experiment.strategies import get_strategy
 
-    with pytest.raises(KeyError, match="unknown strategy 'fedsgd'; known: .*fedavg"):
+    with pytest.raises(KeyError, match=r"unknown strategy 'fedsgd'; did you mean 'fedavg'\? nearest known: .*fedbuff"):
         get_strategy("fedsgd")
     with pytest.raises(KeyError, match="avail100"):
         make_trace("avail42", 3, 0)

@@ -232,7 +232,7 @@ def test_cli_kill_and_resume_equals_an_uninterrupted_run(tmp_path, monkeypatch, 
     assert done["stop_reason"] == "max_aggregations" and done["aggregations"] == 10
     with pytest.raises(SystemExit, match="no --preset, --set"):
         main(["run", "--resume", str(tmp_path / "cut"), "--set", "seed=1"])
-    with pytest.raises(SystemExit, match="holds no snapshot"):
+    with pytest.raises(SystemExit, match=r"that run finished \(stop reason: max_aggregations\); nothing to resume"):
         main(["run", "--resume", str(tmp_path / "ref"), "--quiet"])
 
 

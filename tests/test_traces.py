@@ -489,7 +489,7 @@ def test_damaged_interval_and_fedscale_files_name_their_file(tmp_path):
         load_interval_npz(bad_npz)
     csv_path = tmp_path / "t.csv"
     csv_path.write_text("client,time_s,state\n0,0.0,AVL_TRAIN\n0,1O.0,UN_AVL\n")  # letter O in a number
-    with pytest.raises(DataFileError, match="t.csv: cannot read it as an interval CSV trace"):
+    with pytest.raises(DataFileError, match="t.csv: line 3: time_s '1O.0' is not a number"):
         load_interval_csv(csv_path)
     js = tmp_path / "behave.json"
     js.write_text('{"1": {"active": [0.0], "inactive": [5.0], "finish_ti')  # cut mid-record

@@ -32,30 +32,72 @@ def resolve_data_file(relative: str, path: str | os.PathLike | None = None) -> P
 
     ``path`` may be the file itself, a data folder (``<path>/<relative>``) or the
     folder holding the file (``<path>/<basename>``). Without ``path`` the folder
-    named by ``$FELIX_JAX_DATA`` is used. Raises FileNotFoundError saying how to
-    point at the data.
+    named by ``$FELIX_JAX_DATA`` is used. Raises :class:`DataNotFoundError` (a
+    FileNotFoundError) saying how to point at the data, and naming the folder meant when the
+    one given is one level too high or too deep.
     """
     rel = Path(relative)
     if path is not None:
-        roots, origin = [Path(path)], f"path={str(path)!r}"
+        roots, origin, setting = [Path(path)], f"path={str(path)!r}", "path"
         if roots[0].is_file():
             return roots[0]
     elif os.environ.get(DATA_ENV_VAR):
-        roots, origin = [Path(os.environ[DATA_ENV_VAR])], f"${DATA_ENV_VAR}={os.environ[DATA_ENV_VAR]!r}"
+        roots, origin, setting = [Path(os.environ[DATA_ENV_VAR])], f"{DATA_ENV_VAR}={os.environ[DATA_ENV_VAR]}", None
     else:
-        raise FileNotFoundError(
+        raise DataNotFoundError(
             f"cannot find {relative}: pass path= or set the environment variable "
             f"{DATA_ENV_VAR} to a data folder laid out like the shared data "
-            f"(${DATA_ENV_VAR}/{relative})"
+            f"(${DATA_ENV_VAR}/{relative})",
+            cli_message=f"cannot find {relative}: set {DATA_ENV_VAR} to a data folder laid out like the shared data "
+                        f"(export {DATA_ENV_VAR}=/path/to/data, holding {relative})",
         )
     for root in roots:
         for candidate in (root / rel, root / rel.name):
             if candidate.is_file():
                 return candidate
-    raise FileNotFoundError(
-        f"cannot find {relative} under {origin} (looked for <folder>/{relative} and "
-        f"<folder>/{rel.name}); set {DATA_ENV_VAR} or pass path= pointing at the data folder"
+    looked = f"cannot find {relative} under {origin} (looked for <folder>/{relative} and <folder>/{rel.name})"
+    hint = one_level_off_hint(roots[0], relative, setting)
+    raise DataNotFoundError(
+        f"{looked}; " + (hint or f"set {DATA_ENV_VAR} or pass path= pointing at the data folder"),
+        cli_message=f"{looked}; " + (hint or f"set {DATA_ENV_VAR} to the data folder that holds {relative}"),
     )
+
+
+class DataNotFoundError(FileNotFoundError):
+    """A data file or folder that is not where felix-jax looked. ``str()`` says it in Python's words
+    (the ``path=`` / ``data_dir=`` arguments); ``cli_message`` in the command line's (the
+    ``FELIX_JAX_DATA`` variable, ``--set``), which ``felix-jax`` prints."""
+
+    def __init__(self, message: str, cli_message: str | None = None):
+        super().__init__(message)
+        self.cli_message = cli_message or message
+
+
+def one_level_off(root: Path, relative: str) -> Path | None:
+    """The data folder ``root`` was probably meant to be when ``root/relative`` is missing: a folder
+    directly inside it that holds ``relative`` (``root`` one level too high, e.g. the folder above
+    ``data/``), or its parent when that holds it (one level too deep, e.g. ``data/cifar10``)."""
+    rel = Path(relative)
+    try:
+        if (root.parent / rel).is_file() and root.parent != root:
+            return root.parent
+        children = sorted(p for p in root.iterdir() if p.is_dir())[:200]  # a bounded look, never a walk
+    except OSError:
+        return None
+    return next((child for child in children if (child / rel).is_file()), None)
+
+
+def one_level_off_hint(root: Path, relative: str, setting: str | None = None) -> str | None:
+    """``"FELIX_JAX_DATA=/x is one level too high: /x/data holds ...; set FELIX_JAX_DATA=/x/data"``
+    (``setting``: the Python argument it came from, ``path`` or ``data_dir``; None: the variable),
+    or None when neither the folder above nor one inside holds ``relative``."""
+    meant = one_level_off(root, relative)
+    if meant is None:
+        return None
+    how = "high" if meant.parent == root else "deep"
+    name = setting or DATA_ENV_VAR
+    return (f"{name}={root} is one level too {how}: {meant} holds {relative}; "
+            f"{'pass' if setting else 'set'} {name}={meant}")
 
 
 class DataFileError(ValueError):

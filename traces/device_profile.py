@@ -20,6 +20,7 @@ is FedScale's own time model, for comparison.
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import json
 import os
@@ -334,6 +335,63 @@ def fedscale_task_time_s(
 PROFILE_COLUMNS = ("train_delay_s", "compute_speed", "down_kbps", "up_kbps")
 
 
+# what each profile column must hold, checked value by value so that an error names the file's line
+_PROFILE_RULES = {
+    "train_delay_s": (lambda v: np.isfinite(v) and v >= 0, "a finite number of seconds >= 0"),
+    "compute_speed": (lambda v: np.isfinite(v) and v > 0, "a finite number > 0"),
+    "down_kbps": (lambda v: v > 0, "a number > 0 (inf for no transfer time)"),
+    "up_kbps": (lambda v: v > 0, "a number > 0 (inf for no transfer time)"),
+}
+
+
+def _read_profile_csv(path: Path, expected: str) -> dict[str, np.ndarray]:
+    """A profile CSV's columns; an error names the file's line (comment and blank lines counted): a
+    ragged row, a field that is not a number or breaks its column's rule, a header in another
+    delimiter."""
+    with open(path, encoding="utf-8-sig", newline="") as f:  # a spreadsheet's byte-order mark is not a column
+        # '#' lines (comments, anywhere) are skipped, so the first other line is the header row
+        lines = [(n, line) for n, line in enumerate(f, start=1) if line.strip() and not line.lstrip().startswith("#")]
+    if not lines:
+        raise DataFileError(path, f"the file is empty (no header row, no clients); expected {expected}")
+    (first, head), body = lines[0], lines[1:]
+    header = [h.strip() for h in next(csv.reader([head]))]
+    if len(header) == 1 and "," not in head:
+        for delimiter, name in ((";", "';'"), ("\t", "tab"), ("|", "'|'")):
+            if delimiter in head:
+                raise DataFileError(path, f"line {first}: the header {head.strip()!r} looks {name}-separated: "
+                                          f"felix-jax reads comma-separated values; expected {expected}")
+    if all(_is_number(h) for h in header):
+        raise DataFileError(path, f"line {first}: no header row (its first line holds numbers); expected {expected}")
+    values: list[list[float]] = []
+    for n, line in body:
+        fields = next(csv.reader([line]))
+        if len(fields) != len(header):
+            raise DataFileError(path, f"line {n}: {len(fields)} field{'s' if len(fields) != 1 else ''}, but the "
+                                      f"header line {','.join(header)} has {len(header)} (a ragged row)")
+        row = []
+        for name, text in zip(header, fields):
+            try:
+                value = float(text)
+            except ValueError:
+                raise DataFileError(path, f"line {n}: {name} {text.strip()!r} is not a number") from None
+            rule = _PROFILE_RULES.get(name)
+            if np.isnan(value) or (rule is not None and not rule[0](value)):
+                raise DataFileError(path, f"line {n}: {name} {text.strip()!r} must be "
+                                          f"{rule[1] if rule else 'a number'}")
+            row.append(value)
+        values.append(row)
+    table = np.array(values, np.float64).reshape(len(values), len(header))
+    return {name: table[:, j] for j, name in enumerate(header)}
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def load_device_profile(path: str | os.PathLike) -> DeviceProfile:
     """A user's per-client device profile from a CSV (a header naming columns) or an NPZ (arrays).
 
@@ -351,15 +409,7 @@ def load_device_profile(path: str | os.PathLike) -> DeviceProfile:
             with open_npz(path) as z:  # headers checked against the archive before anything is allocated
                 cols = {k: np.asarray(z[k], np.float64) for k in z.files}
         elif suffix == ".csv":
-            with open(path, encoding="utf-8-sig") as f:  # a spreadsheet's byte-order mark is not a column
-                # '#' lines (comments, anywhere) are skipped, so the first other line is the header row
-                lines = [line for line in f if line.strip() and not line.lstrip().startswith("#")]
-            if not lines:
-                raise DataFileError(path, f"the file is empty (no header row, no clients); expected {expected}")
-            table = np.genfromtxt(lines, delimiter=",", names=True, dtype=np.float64, ndmin=1)
-            if table.dtype.names is None:
-                raise DataFileError(path, f"no header row; expected {expected}")
-            cols = {k: np.atleast_1d(table[k]) for k in table.dtype.names}
+            cols = _read_profile_csv(path, expected)
         else:
             raise DataFileError(path, f"unknown extension {suffix!r}; expected .csv or .npz")
         unknown = set(cols) - set(PROFILE_COLUMNS) - {"client"}

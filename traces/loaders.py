@@ -119,7 +119,9 @@ def load_reference_trace(
     ``$FELIX_JAX_DATA``.
     """
     if name not in REFERENCE_TRACE_NAMES:
-        raise ValueError(f"unknown reference trace {name!r}; choose from {REFERENCE_TRACE_NAMES}")
+        from ..suggest import known_names
+
+        raise ValueError(f"unknown reference trace {name!r}{known_names(name, REFERENCE_TRACE_NAMES, 'reference traces')}")
     file = resolve_data_file(REFERENCE_TRACE_FILE, path)
     expected = f"the reference trace archive (npz arrays {name}_client, {name}_time_s, {name}_state, client)"
     with reading(file, expected), open_npz(file) as z:
@@ -298,8 +300,8 @@ def load_interval_csv(
 def _read_interval_csv(path, duration_s: float | None, beyond_end: BeyondEnd | None) -> AvailabilityTrace:
     meta: dict[str, str] = {}
     with open(path, newline="", encoding="utf-8-sig") as f:  # a spreadsheet's byte-order mark is not a column
-        lines = []
-        for line in f:
+        lines, numbers = [], []  # the rows and their line numbers in the file (1-based), for errors
+        for number, line in enumerate(f, start=1):
             if line.startswith("#"):
                 body = line[1:].strip()
                 if "=" in body:
@@ -307,25 +309,62 @@ def _read_interval_csv(path, duration_s: float | None, beyond_end: BeyondEnd | N
                     meta[k.strip()] = v.strip()
             elif line.strip():
                 lines.append(line)
-    rows = list(csv.reader(lines))
+                numbers.append(number)
+    rows = [next(csv.reader([line]), []) for line in lines]  # one row per line: errors name the line
     if not rows:
         raise DataFileError(path, f"no header line {','.join(_CSV_COLUMNS)}")
     header = [h.strip() for h in rows[0]]
     missing = [c for c in _CSV_COLUMNS if c not in header]
     if missing:
-        raise DataFileError(path, f"header {header} lacks columns {missing}")
+        raise DataFileError(path, f"line {numbers[0]}: header {header} lacks columns {missing}"
+                                  + _delimiter_hint(lines[0]))
     cols = [header.index(c) for c in _CSV_COLUMNS]
-    body = rows[1:]
-    if any(len(r) != len(header) for r in body):
-        raise DataFileError(path, f"ragged rows (every row needs {len(header)} fields)")
-    ids = np.array([_client_id(path, r[cols[0]], f"data row {i}") for i, r in enumerate(body, start=1)], dtype=np.int64)
-    times = np.array([float(r[cols[1]]) for r in body], dtype=np.float64)
-    states = _parse_states(r[cols[2]] for r in body)
+    body, numbers = rows[1:], numbers[1:]
+    for number, r in zip(numbers, body):
+        if len(r) != len(header):
+            raise DataFileError(path, f"line {number}: {len(r)} field{'s' if len(r) != 1 else ''}, but the header "
+                                      f"line {','.join(header)} has {len(header)} (a ragged row)")
+    ids = np.array([_client_id(path, r[cols[0]], f"line {n}") for n, r in zip(numbers, body)], dtype=np.int64)
+    times = np.array([_time(path, r[cols[1]], n) for n, r in zip(numbers, body)], dtype=np.float64)
+    states = np.array([_state(path, r[cols[2]], n) for n, r in zip(numbers, body)], dtype=np.int64)
     if duration_s is None and "duration_s" in meta:
         duration_s = float(meta["duration_s"])
     if beyond_end is None:
         beyond_end = meta.get("beyond_end", "hold")  # type: ignore[assignment]
     return _trace_from_id_rows(ids, times, states, duration_s=duration_s, beyond_end=beyond_end, path=path)
+
+
+def _delimiter_hint(header_line: str) -> str:
+    """``"; the line looks ';'-separated ..."`` when the header holds another common delimiter and no
+    comma (a spreadsheet's export in a locale that writes decimal commas), else ``""``."""
+    if "," in header_line:
+        return ""
+    for delimiter, name in ((";", "';'"), ("\t", "tab"), ("|", "'|'")):
+        if delimiter in header_line:
+            return (f"; the line looks {name}-separated: felix-jax reads comma-separated values "
+                    f"({','.join(_CSV_COLUMNS)}; export the file with commas)")
+    return ""
+
+
+def _time(path, text: str, line: int) -> float:
+    """A row's ``time_s``: a finite number of seconds >= 0, else a DataFileError naming the line."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise DataFileError(path, f"line {line}: time_s {text.strip()!r} is not a number of seconds") from None
+    if not np.isfinite(value):
+        raise DataFileError(path, f"line {line}: time_s {text.strip()!r} is not finite")
+    if value < 0:
+        raise DataFileError(path, f"line {line}: negative time {value!r} (times must be >= 0 seconds)")
+    return value
+
+
+def _state(path, text: str, line: int) -> int:
+    """A row's ``state``: a tier name or code, else a DataFileError naming the line."""
+    try:
+        return int(Tier.parse(text))
+    except ValueError as e:
+        raise DataFileError(path, f"line {line}: {e}") from None
 
 
 _INT64 = np.iinfo(np.int64)

@@ -51,8 +51,10 @@ def load_dataset(name: str, **kwargs) -> ArrayDataset:
     try:
         loader = LOADERS[name]
     except KeyError:
-        raise ValueError(f"unknown data set {name!r}; known: {sorted(LOADERS)}, a .npz of arrays, "
-                         "or tfds:NAME") from None
+        from ..suggest import known_names
+
+        raise ValueError(f"unknown data set {name!r}"
+                         + known_names(name, sorted(LOADERS), "data sets", ", a .npz of arrays, or tfds:NAME")) from None
     return loader(**kwargs)
 
 

@@ -639,10 +639,14 @@ def comparison_table(rows: list[dict], strategies: list[str], regimes: list[str]
 
 def write_tables(rows: list[dict], strategies: list[str], regimes: list[str], out: Path,
                  reference: str | None = None) -> str:
-    """``table.txt`` (:func:`comparison_table`) and ``summary_pooled.csv`` (:func:`write_pooled_csv`)
-    in ``out``, as ``felix-jax compare`` writes them; returns the table's text."""
+    """``table.txt`` (:func:`comparison_table`, then a warning line for variants of a strategy that ran
+    identically: ``variants.identical_variant_warnings``) and ``summary_pooled.csv``
+    (:func:`write_pooled_csv`) in ``out``, as ``felix-jax compare`` writes them; returns the table's text."""
+    from .variants import identical_variant_warnings
+
     reference = _default_reference(strategies) if reference is None else reference
     table = comparison_table(rows, strategies, regimes, reference)
+    table = "\n".join([table, *identical_variant_warnings(rows, strategies, regimes)])  # an option that did nothing
     out = Path(out)
     (out / "table.txt").write_text(table + "\n")
     write_pooled_csv(rows, strategies, regimes, out, reference)
@@ -674,7 +678,8 @@ def strategy_styles(strategies: list[str], reference: str | None = None) -> dict
     """Per strategy label, how its lines are drawn (``color``, ``ls``, ``lw``, ``zorder``): each
     strategy its own color and line style, so curves that lie on one another stay apart; where
     labels are variants of one strategy (a sweep, ``NAME@KEY=VALUE``) they share its color and
-    differ by line style. The reference is drawn thicker and on top."""
+    differ by line style. The reference is drawn thicker and on top. :func:`variant_markers` adds
+    the markers that keep a sweep's variants visible where their curves coincide."""
     import matplotlib.pyplot as plt
 
     cmap = plt.get_cmap("tab10")
@@ -692,6 +697,10 @@ def strategy_styles(strategies: list[str], reference: str | None = None) -> dict
         top = st == reference
         styles[st] = {"color": cmap(color % 10), "ls": LINESTYLES[style % len(LINESTYLES)],
                       "lw": 2.0 if top else 1.3, "zorder": 3 if top else 2}
+    if shared:
+        from .figure_styles import variant_markers
+
+        variant_markers(styles, strategies, reference)
     return styles
 
 
@@ -715,6 +724,16 @@ def _labels_width(labels: list[str], fontsize: float = 7) -> float:
     """Inches of a column of tick labels, added to a figure's width so that long labels (a sweep's
     variants) do not squeeze its panels."""
     return max((len(lab) for lab in labels), default=0) * fontsize * 0.55 / 72
+
+
+def _no_values_note(ax, labels: list[str], empty: bool) -> None:
+    """"no values" and the strategies without any, one a line (a sweep's labels are long), in the middle
+    of an empty panel or at the bottom right of one with curves; outside the layout, so that long labels
+    never make ``tight_layout`` give up."""
+    where = dict(x=0.5, y=0.5, ha="center", va="center") if empty else dict(x=0.98, y=0.04, ha="right", va="bottom")
+    text = ax.text(where.pop("x"), where.pop("y"), "\n".join(["no values:", *labels]), transform=ax.transAxes,
+                   fontsize=6 if max(map(len, labels)) > 40 else 7, color="0.35", **where)
+    text.set_in_layout(False)
 
 
 def _save(fig, path: Path) -> Path:
@@ -818,11 +837,15 @@ def plot_comparison(rows: list[dict], strategies: list[str], regimes: list[str],
         ax.set_ylim(rows_in - 0.5, -0.5)  # the first strategy on top
         ax.set_title(regime_label(rg))
         ax.set_xlabel("GB moved (mean over seeds)")
-        ax.set_xlim(0, top * 1.7 if top > 0 else 1.0)  # room for the label beside the longest bar
+        ax.set_xlim(0, top * 1.05 if top > 0 else 1.0)
         ax.grid(alpha=0.3, axis="x")
+        ax.set_axisbelow(True)  # the grid behind the bars and their labels
     axes[0][0].set_ylabel("strategy")  # the rows are shared: named once, beside their labels
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.tight_layout()
+    from .figure_styles import fit_bar_labels
+
+    fit_bar_labels(fig, axes[0])  # a label that does not fit beside its bar goes inside it
     _legend_below(fig, handles, labels)
     paths.append(_save(fig, out / "bytes.png"))
 
@@ -850,8 +873,7 @@ def plot_comparison(rows: list[dict], strategies: list[str], regimes: list[str],
                 else:
                     missing.append(st)
             if missing:
-                ax.text(0.98, 0.04, "no values: " + ", ".join(sorted(missing, key=strategies.index)),
-                        transform=ax.transAxes, ha="right", fontsize=7, color="0.35")
+                _no_values_note(ax, sorted(missing, key=strategies.index), empty=len(missing) == len(order))
             ax.set_title(f"{regime_label(rg)}: {title}", fontsize=9)
             ax.set_xlabel(xlabel, fontsize=8)
             ax.set_ylabel(ylabel, fontsize=8)
@@ -907,13 +929,15 @@ def _paired_ratio_panels(axes, rows: list[dict], others: list[str], regimes: lis
 def plot_time_to_target(rows: list[dict], strategies: list[str], regimes: list[str], out: Path,
                         target: float | None = None, reference: str | None = None) -> Path:
     """``time_to_target.png``: one panel per regime, a row per strategy: a point per seed (spread
-    across the row so that equal times stay apart), filled where the seed reached the target, open at
-    its run's end where it did not, and below them the mean over the seeds that reached it with its
-    95% t interval on the log scale around the geometric mean (:func:`hours_stats`; no interval for
-    fewer than 2). Right of each row: the seeds that reached the target / the seeds run. Below, where
-    there is a reference and another strategy: per regime, each strategy's paired verdict against the
-    reference (:func:`paired_ratio`: the geometric mean of its per-seed ratios with their 95% t
-    interval, on a log axis with 1 marked; the seeds it pools right of the row)."""
+    across the row's upper part so that equal times stay apart), filled where the seed reached the
+    target, open at its run's end where it did not, and in a lane of its own below them the geometric
+    mean over the seeds that reached it, a black bar, with its 95% t interval on the log scale
+    (:func:`hours_stats`; drawn for 2 or more such seeds: one seed's point is its mean). Right of each
+    row: the seeds that reached the target / the seeds run. Below, where there is a reference and
+    another strategy: per regime, each strategy's paired verdict against the reference
+    (:func:`paired_ratio`: the geometric mean of its per-seed ratios with their 95% t interval, on a log
+    axis with 1 marked; the seeds it pools right of the row). The legend explains only what is drawn
+    (no "did not" marker when every seed reached it)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -925,6 +949,7 @@ def plot_time_to_target(rows: list[dict], strategies: list[str], regimes: list[s
     styles = strategy_styles(strategies, reference)
     rows_in = len(strategies)  # a row per strategy: a long label (a sweep's variant) reads along it
     xmax = 0.0  # the furthest point or interval end of any panel: the shared hours axis spans it
+    drawn: set[str] = set()  # what the legend explains: a seed that missed, a mean with its interval
     others = [st for st in strategies if st != reference] if reference in strategies else []
     ratio_rows = 1 if others else 0
     heights = [1.6 + 0.45 * rows_in] + ([1.2 + 0.45 * len(others)] if ratio_rows else [])
@@ -940,7 +965,8 @@ def plot_time_to_target(rows: list[dict], strategies: list[str], regimes: list[s
             if not sel:
                 continue
             y = strategies.index(st)
-            offsets = np.linspace(-0.2, 0.1, len(sel)) if len(sel) > 1 else np.zeros(1)
+            # the seeds in the row's upper part, the mean in a lane of its own below them
+            offsets = np.linspace(-0.34, -0.04, len(sel)) if len(sel) > 1 else np.full(1, -0.15)
             color = styles[st]["color"]
             for dy, r in zip(offsets, sel):
                 hours = r["time_to_target_h"]
@@ -952,16 +978,15 @@ def plot_time_to_target(rows: list[dict], strategies: list[str], regimes: list[s
                     if end is not None:
                         ax.plot(end, y + dy, "^", mfc="none", mec=color, ms=6, mew=1.2, zorder=3)
                         xmax = max(xmax, end)
+                        drawn.add("missed")
             reached = [r["time_to_target_h"] for r in sel if r["time_to_target_h"] is not None]
             stats = hours_stats(reached)
-            centre = stats["geomean"]
-            if centre is not None:
-                if stats["ci95_low"] is not None:
-                    ax.errorbar(centre, y + 0.3, xerr=[[centre - stats["ci95_low"]], [stats["ci95_high"] - centre]],
-                                fmt="s", color="k", ms=4, capsize=3, lw=1, zorder=4)
-                    xmax = max(xmax, stats["ci95_high"])
-                else:
-                    ax.plot(centre, y + 0.3, "s", color="k", ms=4, zorder=4)
+            if stats["n"] >= 2 and stats["ci95_low"] is not None:  # one seed's mean is that seed's point
+                drawn.add("mean")
+                centre = stats["geomean"]
+                ax.errorbar(centre, y + 0.24, xerr=[[centre - stats["ci95_low"]], [stats["ci95_high"] - centre]],
+                            fmt="|", color="k", ms=11, mew=2.2, capsize=3, lw=1, zorder=4)
+                xmax = max(xmax, stats["ci95_high"])
             ax.annotate(f"{len(reached)}/{len(sel)}", (1.0, y), xycoords=("axes fraction", "data"), xytext=(4, 0),
                         textcoords="offset points", va="center", fontsize=7)
         ax.set_yticks(np.arange(rows_in), strategies, fontsize=7)
@@ -976,11 +1001,14 @@ def plot_time_to_target(rows: list[dict], strategies: list[str], regimes: list[s
         fig.suptitle(f"time to target accuracy {target:g} (the mean of the last 20 test accuracies and the last one)",
                      fontsize=9)
     fig.tight_layout()
-    legend = [Line2D([], [], ls="", marker="o", color="0.3", ms=5, label="a seed that reached the target"),
-              Line2D([], [], ls="", marker="^", mfc="none", mec="0.3", ms=6,
-                     label="a seed that did not: at its run's end"),
-              Line2D([], [], ls="-", marker="s", color="k", ms=4, lw=1,
-                     label="geometric mean over the seeds that reached it, 95% t interval (log scale)")]
+    legend = [Line2D([], [], ls="", marker="o", color="0.3", ms=5, label="a seed that reached the target")]
+    if "missed" in drawn:  # only when a seed did not reach it
+        legend.append(Line2D([], [], ls="", marker="^", mfc="none", mec="0.3", ms=6,
+                             label="a seed that did not: at its run's end"))
+    if "mean" in drawn:
+        legend.append(Line2D([], [], ls="-", marker="|", color="k", ms=11, mew=2.2, lw=1,
+                             label="geometric mean over the seeds that reached it (2 or more), 95% t interval "
+                                   "(log scale)"))
     if ratio_rows:
         legend.append(Line2D([], [], ls="-", marker="D", color="0.3", ms=4, lw=1.2,
                              label=f"below: the geometric mean of the per-seed ratios, 95% t interval (> 1: "

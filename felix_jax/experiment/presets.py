@@ -126,4 +126,6 @@ def get_preset(name: str) -> Scenario:
     try:
         return PRESETS[name]
     except KeyError:
-        raise KeyError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}") from None
+        from ..suggest import known_names
+
+        raise KeyError(f"unknown preset {name!r}{known_names(name, PRESETS, 'presets')}") from None

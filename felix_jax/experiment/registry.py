@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from pathlib import Path
 from typing import Callable
 
@@ -25,13 +26,30 @@ from ..models import cifar_cnn, mlp, speech_cnn, speech_resnet
 from ..models.base import Model
 from ..options import OptionError
 from ..plugin_calls import guarded, is_plugin, location
-from ..traces import (AvailabilityTrace, DeviceProfile, always_available, flash_profile, load_device_profile,
+from ..suggest import known_names
+from ..traces import (REFERENCE_TRACE_NAMES, AvailabilityTrace, DeviceProfile, always_available, flash_profile,
+                      load_device_profile,
                       load_fedscale_trace, load_interval_csv, load_interval_npz, load_reference_trace,
                       paper_halfnormal, reference_profile, slot_bernoulli)
 
 
-def _cycle(trace: AvailabilityTrace, n: int) -> AvailabilityTrace:
+def _cycle(trace: AvailabilityTrace, n: int, what: str = "the trace") -> AvailabilityTrace:
+    reuse_notice(what, trace.num_clients, n)
     return trace.restrict(np.arange(n) % trace.num_clients)
+
+
+_NOTED: set[tuple[str, int, int]] = set()
+
+
+def reuse_notice(what: str, own: int, wanted: int) -> None:
+    """One line on stderr, once per process for each source and population, when a trace or device
+    profile with fewer clients than the scenario is reused cyclically (client i follows i mod own)."""
+    if wanted <= own or (what, own, wanted) in _NOTED:
+        return
+    _NOTED.add((what, own, wanted))
+    print(f"felix-jax: {what} holds {own} client{'s' if own != 1 else ''}, the scenario {wanted} (clients {wanted} > "
+          f"{own} in the file): reused cyclically, client i follows the file's client i mod {own}",
+          file=sys.stderr, flush=True)
 
 
 MAX_GENERATED_SLOTS = 144 * 7  # slot traces longer than a week of 600 s slots repeat with that period
@@ -52,7 +70,8 @@ AVAILABILITY: dict[str, Callable[..., AvailabilityTrace]] = {
     "avail100": lambda n, seed, slot_s=600.0, horizon_s=86400.0: always_available(n, 86400.0),
     "avail90": _slots(0.9),
     "avail50": _slots(0.5),
-    "mobiperf": lambda n, seed, slot_s=600.0, horizon_s=86400.0: _cycle(load_reference_trace("mobiperf_3st_50"), n),
+    "mobiperf": lambda n, seed, slot_s=600.0, horizon_s=86400.0: _cycle(load_reference_trace("mobiperf_3st_50"), n,
+                                                                         "the mobiperf trace (ref:mobiperf_3st_50)"),
 }
 
 
@@ -93,7 +112,7 @@ def make_trace(name: str, num_clients: int, seed: int, slot_s: float = 600.0,
 
 def _load_trace(name: str, num_clients: int, seed: int, slot_s: float, horizon_s: float) -> AvailabilityTrace:
     if name.startswith("ref:"):
-        return _cycle(load_reference_trace(name[4:]), num_clients)
+        return _cycle(load_reference_trace(name[4:]), num_clients, f"reference trace {name}")
     if is_file_name(name):
         suffix = Path(name).suffix.lower()
         if suffix not in TRACE_FILE_LOADERS:
@@ -102,20 +121,32 @@ def _load_trace(name: str, num_clients: int, seed: int, slot_s: float, horizon_s
         trace = TRACE_FILE_LOADERS[suffix](name)
         if trace.num_clients == 0:
             raise KeyError(f"availability file {name!r} holds no clients")
-        return _cycle(trace, num_clients)
+        return _cycle(trace, num_clients, f"availability file {Path(name).name}")
     try:
         make = AVAILABILITY[name]
     except KeyError:
-        raise KeyError(f"unknown availability regime {name!r}; known: {', '.join(AVAILABILITY)}, ref:NAME, "
-                       f"or a trace file ({', '.join(TRACE_FILE_LOADERS)})") from None
+        raise KeyError(unknown_regime(name)) from None
     return make(num_clients, seed, slot_s, horizon_s)
+
+
+def unknown_regime(name: str) -> str:
+    """The one line for an availability name that is no regime, reference trace or trace file."""
+    regimes = [*AVAILABILITY, *(f"ref:{n}" for n in REFERENCE_TRACE_NAMES)]
+    return (f"unknown availability regime {name!r}"
+            + known_names(name, regimes, "regimes", f", or a trace file ({', '.join(TRACE_FILE_LOADERS)})"))
 
 
 DEVICE_PROFILES: dict[str, Callable[[int, int], DeviceProfile]] = {
     "paper_halfnormal": lambda n, seed: paper_halfnormal(n, seed),
-    "reference": lambda n, seed: reference_profile().restrict(np.arange(n) % 300),
+    "reference": lambda n, seed: _reference_profile(n),
     "flash": lambda n, seed: flash_profile(n, seed),
 }
+
+
+def _reference_profile(n: int) -> DeviceProfile:
+    profile = reference_profile()
+    reuse_notice("the reference device profile", profile.num_clients, n)
+    return profile.restrict(np.arange(n) % profile.num_clients)
 
 
 def make_profile(name: str, num_clients: int, seed: int) -> DeviceProfile:
@@ -123,12 +154,14 @@ def make_profile(name: str, num_clients: int, seed: int) -> DeviceProfile:
     :func:`~felix_jax.traces.load_device_profile`), reused cyclically if it has fewer clients."""
     if "/" in name or os.sep in name or Path(name).suffix.lower() in (".csv", ".npz"):
         profile = load_device_profile(name)
+        reuse_notice(f"device profile {Path(name).name}", profile.num_clients, num_clients)
         return profile.restrict(np.arange(num_clients) % profile.num_clients)
     try:
         return DEVICE_PROFILES[name](num_clients, seed)
     except KeyError:
-        raise KeyError(f"unknown device profile {name!r}; known: {', '.join(DEVICE_PROFILES)}, "
-                       "or a profile file (.csv, .npz)") from None
+        raise KeyError(f"unknown device profile {name!r}"
+                       + known_names(name, DEVICE_PROFILES, "device profiles", ", or a profile file (.csv, .npz)")) \
+            from None
 
 
 MODELS: dict[str, Callable[[tuple, int], Model]] = {
@@ -177,7 +210,7 @@ def make_model(name: str, input_shape: tuple, num_classes: int) -> Model:
     try:
         factory = MODELS[name]
     except KeyError:
-        raise KeyError(f"unknown model {name!r}; known: {', '.join(MODELS)}") from None
+        raise KeyError(f"unknown model {name!r}{known_names(name, MODELS, 'models')}") from None
     check_model_input(name, input_shape)
     plugin = is_plugin(factory)
     if plugin:  # a user's model: what its factory raises is reported naming it (plugin_calls.py)

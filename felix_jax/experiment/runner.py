@@ -237,8 +237,17 @@ def check_fleet(sc: Scenario, strategy) -> None:
     """Checks across fields and the strategy, before any data is loaded (a Scenario makes them when it
     is built, so the CLI and the Python API refuse alike)."""
     if sc.availability.startswith("ref:") and sc.availability[4:] not in REFERENCE_TRACE_NAMES:
-        raise OptionError(f"availability={sc.availability!r}: unknown reference trace; known: "
-                          + ", ".join(f"ref:{n}" for n in REFERENCE_TRACE_NAMES))
+        from ..suggest import known_names
+
+        raise OptionError(f"availability={sc.availability!r}: unknown reference trace"
+                          + known_names(sc.availability, [f"ref:{n}" for n in REFERENCE_TRACE_NAMES], "reference traces"))
+    from .registry import AVAILABILITY, is_file_name
+
+    if not sc.availability.startswith("ref:") and not is_file_name(sc.availability) \
+            and sc.availability not in AVAILABILITY:  # refused now, not once the run has made its folder
+        from .registry import unknown_regime
+
+        raise OptionError(f"availability={sc.availability!r}: {unknown_regime(sc.availability)}")
     if strategy.mode == "sync" and sc.aggregation_goal > sc.num_clients:
         raise OptionError(f"aggregation_goal={sc.aggregation_goal}: a sync round needs that many distinct clients "
                           f"but the population has num_clients={sc.num_clients}")
@@ -556,6 +565,11 @@ def _run(sc, out_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_
     if resume and out_dir is None:
         raise ValueError("resume needs the results folder of the run to continue")
     snap_dir = None if out_dir is None else Path(out_dir) / SNAPSHOT_DIR
+    if resume:
+        finished = finished_stop_reason(Path(out_dir))
+        if finished is not None:  # its results are complete: there is nothing to continue
+            raise FileNotFoundError(f"{out_dir}: that run finished (stop reason: {finished}); nothing to resume "
+                                    "(rerun it with --overwrite, or give --out another folder)")
     if resume and not (snap_dir / "LATEST").is_file():
         raise FileNotFoundError(f"{out_dir} holds no snapshot to resume ({snap_dir}/LATEST is missing); "
                                 "a run writes snapshots with --snapshot-every N")
@@ -576,6 +590,17 @@ def _run(sc, out_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_
     if result.plugin_error is not None:  # its results so far are in place (as an interrupted run's): say why
         raise result.plugin_error
     return dataclasses.replace(result, out_dir=out)
+
+
+def finished_stop_reason(out_dir: Path) -> str | None:
+    """The stop reason of the finished run whose results ``out_dir`` holds (its ``summary.json``), None
+    when there is none or it stopped to be resumed (``interrupted``, ``wall_budget``)."""
+    try:
+        summary = json.loads((out_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    reason = summary.get("stop_reason") if isinstance(summary, dict) else None
+    return reason if isinstance(reason, str) and reason not in ("interrupted", "wall_budget") else None
 
 
 def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_minutes, resume,

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ..options import OptionError, _type_name, parse_value
+from ..suggest import did_you_mean, known_names
 
 POLICY_FIELDS = ("selector", "eval_selector", "aggregator", "update_guard")
 OPTION_FIELDS = POLICY_FIELDS + ("stream", "reading")  # dict fields that dotted keys reach
@@ -122,7 +123,7 @@ class Scenario:
         from .registry import MODELS
 
         if self.model not in MODELS:
-            raise OptionError(f"model={self.model!r}: unknown model; known: {', '.join(MODELS)}")
+            raise OptionError(f"model={self.model!r}: unknown model{known_names(self.model, MODELS, 'models')}")
         self.resolve_update_guard()
         self.resolve_stream()
         self.resolve_reading()
@@ -145,8 +146,8 @@ class Scenario:
                     from None
         name = self.dataset
         if not (name in LOADERS or name.startswith("tfds:") or name.lower().endswith(".npz")):
-            raise OptionError(f"dataset={name!r}: unknown data set; known: {', '.join(sorted(LOADERS))}, "
-                              "a .npz of arrays, or tfds:NAME")
+            raise OptionError(f"dataset={name!r}: unknown data set"
+                              + known_names(name, sorted(LOADERS), "data sets", ", a .npz of arrays, or tfds:NAME"))
 
     def resolve_stream(self):
         """The :class:`~felix_jax.data.streams.StreamConfig` for this scenario (static data: all defaults)."""
@@ -204,8 +205,7 @@ class Scenario:
                 merged[option] = value
                 continue
             if key not in fields:
-                raise OptionError(f"{key}: unknown scenario field; fields: {', '.join(sorted(fields))} "
-                                  f"(and {', '.join(f + '.OPTION' for f in OPTION_FIELDS)})")
+                raise OptionError(unknown_field_message(key, fields))
             if key in OPTION_FIELDS:
                 if not isinstance(value, dict):
                     raise OptionError(f"{key}={value!r}: expected an object of options, e.g. {{\"variant\": ...}}")
@@ -249,6 +249,19 @@ class Scenario:
 
             check_recorded_config(path, record, sc)
         return sc
+
+
+def unknown_field_message(key: str, fields) -> str:
+    """One line for a key that is no scenario field: the nearest fields (``timeout`` -> ``timeout_s``),
+    or, for a dotted key whose head is off (``selecter.k``), the option fields it may have meant."""
+    head, dot, option = key.partition(".")
+    if dot and head not in OPTION_FIELDS:
+        guess = did_you_mean(head, OPTION_FIELDS)
+        return (f"{key}: {head} is no field with options (they are {', '.join(OPTION_FIELDS)})"
+                + (f"; did you mean {guess + '.' + option!r}?" if guess else ""))
+    dotted = f" (and {', '.join(f + '.OPTION' for f in OPTION_FIELDS)})"
+    return f"{key}: unknown scenario field{known_names(key, sorted(fields), 'scenario fields')}" + (
+        dotted if len(fields) <= 10 else "")
 
 
 # One line of meaning per scenario field (``felix-jax run --list`` prints them with type and default;

@@ -133,4 +133,6 @@ def get_strategy(name: str) -> Strategy:
     try:
         return STRATEGIES[name]
     except KeyError:
-        raise KeyError(f"unknown strategy {name!r}; known: {', '.join(STRATEGIES)}") from None
+        from ..suggest import known_names
+
+        raise KeyError(f"unknown strategy {name!r}{known_names(name, STRATEGIES, 'strategies')}") from None

@@ -39,7 +39,9 @@ AGGREGATOR_OPTIONS: dict[str, OptionSpec] = {
 def aggregator_config(name: str, **options):
     """The config instance of aggregator ``name`` for ``options`` (strings parsed by field type)."""
     if name not in AGGREGATORS:
-        raise KeyError(f"unknown aggregator {name!r}; known: {', '.join(AGGREGATORS)}")
+        from ...suggest import known_names
+
+        raise KeyError(f"unknown aggregator {name!r}{known_names(name, AGGREGATORS, 'aggregators')}")
     return AGGREGATOR_OPTIONS[name].build("aggregator", options)
 
 

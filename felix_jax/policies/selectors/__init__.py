@@ -34,7 +34,9 @@ SELECTOR_OPTIONS: dict[str, OptionSpec] = {
 def selector_config(name: str, where: str = "selector", **options):
     """The config instance of selector ``name`` for ``options`` (``None`` if it has none)."""
     if name not in SELECTORS:
-        raise KeyError(f"unknown selector {name!r}; known: {', '.join(SELECTORS)}")
+        from ...suggest import known_names
+
+        raise KeyError(f"unknown selector {name!r}{known_names(name, SELECTORS, 'selectors')}")
     return SELECTOR_OPTIONS[name].build(where, options)
 
 
