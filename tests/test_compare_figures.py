@@ -324,10 +324,10 @@ def test_time_to_targets_mean_has_a_lane_and_a_glyph_of_its_own(comparison, draw
         assert len(mine) == 3 and min(float(mean.get_ydata()[0]) - y for y in mine) >= 0.2
     # every seed reached it: the legend has no "did not reach" marker
     texts = [t.get_text() for t in fig.legends[0].get_texts()]
-    assert not any("did not" in t for t in texts) and any(t.startswith("mean over") for t in texts)
+    assert not any("did not" in t for t in texts) and any(t.startswith("geometric mean over") for t in texts)
     # a seed that missed brings it back; one seed alone gets no separate mean
     plot_comparison([r for r in rows if r["seed"] == 1], STRATEGIES, ["avail50"], out)
     fig = drawn["time_to_target.png"]
     texts = [t.get_text() for t in fig.legends[0].get_texts()]
-    assert any("did not" in t for t in texts) and not any(t.startswith("mean over") for t in texts)
+    assert any("did not" in t for t in texts) and not any(t.startswith("geometric mean over") for t in texts)
     assert not [ln for ln in fig.axes[0].get_lines() if ln.get_marker() == "|" and ln.get_markersize() > 8]
