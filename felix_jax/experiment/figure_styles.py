@@ -9,7 +9,7 @@ and draws each later variant above the earlier ones, the reference's strategy ab
 
 from __future__ import annotations
 
-from .compare import parse_cell_strategy
+from .cells import parse_cell_strategy
 
 VARIANT_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">")
 MARK_EVERY = 0.12  # a marker every this fraction of the axes' diagonal

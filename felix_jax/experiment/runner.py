@@ -32,6 +32,7 @@ from ..fleet.simulator import Checkpoint, FleetSimulator, RunRecord
 from ..options import OptionError, to_json
 from ..plugin_calls import PluginError
 from ..policies import make_aggregator, make_selector
+from .progress import format_seconds
 from .registry import make_model, make_profile, make_trace
 from ..fleet.snapshot import SnapshotPolicy, save_snapshot
 from .results import (SNAPSHOT_DIR, MetricsStream, folder_lock, live_metrics, prepare_out_dir, staged_results,
@@ -382,7 +383,7 @@ class _Progress:
             acc += f" -> {stop.target_accuracy:g}"
         hours = f"{cp.time_s / 3600:.2f}"
         hours += f" of {stop.max_virtual_s / 3600:g} virtual h" if p.virtual_time is not None else " virtual h"
-        eta = "-" if p.eta_s is None else _format_seconds(p.eta_s)
+        eta = "-" if p.eta_s is None else format_seconds(p.eta_s)
         if p.eta_s is not None and p.accuracy is not None:  # the target may end the run before the cap
             eta = "<= " + eta
         return f"{acc} | agg {cp.version}/{stop.max_aggregations} | {hours} | ETA {eta}"
@@ -406,11 +407,6 @@ class _Progress:
             self.bar.close()
         elif self.lines and self._last_cp is not None and self._last_line != self.clock():
             self._print_line(self._last_cp)
-
-
-def _format_seconds(s: float) -> str:
-    s = int(round(s))
-    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
 class _StopOnSignals:

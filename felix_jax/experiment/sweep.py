@@ -298,7 +298,7 @@ def run_sweep(jobs: list[SweepJob], batch: int | None = None, *, plot: bool = Tr
     ``deadline`` (``time.time()``) are not started. Every ``progress_every_s`` seconds of a batch
     one line says how far its experiments got (``log``, default stderr).
     """
-    from .compare import comparison_eta
+    from .progress import comparison_eta
     from .runner import run
 
     batch = default_batch() if batch is None else batch

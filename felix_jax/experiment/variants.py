@@ -14,7 +14,7 @@ import csv
 import hashlib
 from pathlib import Path
 
-from .compare import parse_cell_strategy, regime_label
+from .cells import parse_cell_strategy, regime_label
 
 
 def run_fingerprint(run_dir: str | Path) -> str | None:

@@ -1,0 +1,83 @@
+"""A comparison's cells by name: a strategy spec (``NAME`` or a variant ``NAME@KEY=VALUE;...``), the
+scenario overrides it stands for, ``--sweep`` specs crossed into variants, and a regime as tables
+show it. Pure string work that imports nothing of the package: the matrix (compare.py), its figures
+and its variant checks all read cells through it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+AXES = {"strategy": "--strategies", "availability": "--availability", "seed": "--seeds"}  # a comparison's own
+
+
+def regime_label(regime: str) -> str:
+    """A regime as tables and figure titles show it: a trace file by its base name, not its path."""
+    return Path(regime).name if "/" in regime or "\\" in regime else regime
+
+
+def parse_sweep(spec: str) -> tuple[str, list[str]]:
+    """``--sweep KEY=v1,v2,...``: the scenario key and its values. A ``ValueError`` (one line) for no
+    ``=``, an empty key, an axis the comparison owns (strategy, availability, seed), an empty value
+    list or value, a value given twice, or a ``;`` / ``@`` in a value (they separate a cell's options)."""
+    key, eq, text = spec.partition("=")
+    key = key.strip()
+    if not eq or not key:
+        raise ValueError(f"--sweep {spec!r}: expected KEY=v1,v2,... (e.g. timeout_s=30,90)")
+    if key in AXES:
+        raise ValueError(f"--sweep {key}=...: {key} is an axis of the comparison already; give it with {AXES[key]}")
+    values = [v.strip() for v in text.split(",")]
+    if not any(values):
+        raise ValueError(f"--sweep {key}=: no values; give them as {key}=v1,v2,...")
+    if "" in values:
+        raise ValueError(f"--sweep {spec!r}: an empty value; give them as {key}=v1,v2,...")
+    twice = sorted({v for v in values if values.count(v) > 1})
+    if twice:
+        raise ValueError(f"--sweep {key}: lists {', '.join(twice)} more than once")
+    bad = [v for v in values if ";" in v or "@" in v]
+    if bad:
+        raise ValueError(f"--sweep {key}: value {bad[0]!r}: ';' and '@' separate a cell's options")
+    return key, values
+
+
+def sweep_strategies(strategies: list[str], sweeps: list[tuple[str, list[str]]]) -> list[str]:
+    """Every strategy (a name or a variant ``NAME@KEY=VALUE``) crossed with each value of each swept
+    key, in order: ``felix`` and ``timeout_s=30,90`` give ``felix@timeout_s=30``, ``felix@timeout_s=90``
+    (a variant gains ``;timeout_s=30``; two sweeps give every combination). A ``ValueError`` for a key
+    swept twice or one a variant already sets."""
+    keys = [k for k, _ in sweeps]
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    if twice:
+        raise ValueError(f"--sweep {twice[0]}: swept twice; give its values in one --sweep {twice[0]}=v1,v2,...")
+    labels = list(strategies)
+    for key, values in sweeps:
+        crossed = []
+        for spec in labels:
+            if key in parse_cell_strategy(spec)[1]:
+                raise ValueError(f"--sweep {key}: strategy {spec!r} sets {key} itself")
+            crossed += [f"{spec}{';' if '@' in spec else '@'}{key}={value}" for value in values]
+        labels = crossed
+    return labels
+
+
+def cell_overrides(spec: str) -> dict[str, str]:
+    """A cell's strategy spec as scenario overrides (its variant's options and ``strategy``); a
+    ``ValueError`` for a variant that sets an axis of the comparison (strategy, availability, seed)."""
+    name, extra = parse_cell_strategy(spec)
+    for key in extra:
+        if key in AXES:
+            raise ValueError(f"cell strategy {spec!r}: {key} is an axis of the comparison; give it with "
+                             f"{AXES[key]}")
+    return {**extra, "strategy": name}
+
+
+def parse_cell_strategy(spec: str) -> tuple[str, dict[str, str]]:
+    """A matrix cell's strategy: ``NAME`` or a variant ``NAME@KEY=VALUE;KEY=VALUE`` (scenario
+    overrides of that cell only, e.g. ``oort-async-oracle@oracle_departure=free_slot``)."""
+    name, _, rest = spec.partition("@")
+    overrides = {}
+    for item in filter(None, (x.strip() for x in rest.split(";"))):
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise ValueError(f"cell strategy {spec!r}: expected NAME@KEY=VALUE[;KEY=VALUE]")
+        overrides[key.strip()] = value.strip()
+    return name.strip(), overrides
