@@ -32,6 +32,7 @@ from .events import EventKind, EventQueue
 from .executor import EvalOutcome, LazyExecutor, TrainOutcome
 from .knowledge import Knowledge, ViewTracker
 from .lifecycle import first_leave, first_return, task_timeline
+from .records import Checkpoint, Update  # noqa: F401  (importable from here, as before)
 from .server_optimizer import make_server_optimizer, server_step, weighted_mean_delta
 from .snapshot import SnapshotPolicy, load_snapshot, save_snapshot
 from .tasks import Task
@@ -45,26 +46,6 @@ EVAL_TIERS = frozenset({int(Tier.AVL_TRAIN), int(Tier.AVL_EVAL)})
 class PolicyError(RuntimeError):
     """A selector or aggregator (a plugin's, typically) broke its contract: bad client ids, bad
     weights. One line naming the policy and what it returned."""
-
-
-@dataclasses.dataclass
-class Update:
-    """A training reply waiting in the aggregation buffer."""
-
-    task: Task
-    outcome: TrainOutcome
-    staleness: int
-
-
-@dataclasses.dataclass
-class Checkpoint:
-    time_s: float
-    version: int
-    accuracy: float
-    loss: float
-    bytes_total: int
-    staleness_mean: float
-    interval_s: float
 
 
 @dataclasses.dataclass

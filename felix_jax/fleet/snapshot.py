@@ -337,12 +337,14 @@ def _known_types(sim: "FleetSimulator") -> dict[str, type]:
     from .events import Event, EventKind
     from .executor import EvalOutcome, TrainOutcome, _Pending
     from .lifecycle import Timeline
-    from .simulator import Checkpoint, Update
+    from .records import Checkpoint, Update
     from .tasks import Task
 
     fixed = [Accounting, CallRecord, Checkpoint, ClientMap, EvalOutcome, Event, EventKind, LossStats, Task,
              Timeline, TrainOutcome, Update, _Pending]
     types = {_type_name(t): t for t in fixed}
+    # snapshots written before the records had a module of their own name them by the simulator's
+    types.update({f"felix_jax.fleet.simulator.{t.__qualname__}": t for t in (Checkpoint, Update)})
     # selector and optimizer states: whatever types this simulator's own fresh states are made of
     types.update(record_types(sim.server_opt_state, sim._sel_state, sim._eval_sel_state))
     return types
