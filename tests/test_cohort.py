@@ -90,8 +90,8 @@ def test_padding_does_not_change_results(tiny):
 
 def test_no_recompilation_within_a_bucket(tiny, monkeypatch):
     _, _, data, _ = tiny
-    # one trace serves every call of this bucket size (train and eval share _run_cohort; only train runs here)
-    monkeypatch.setattr(engine_mod, "_run_cohort", chex.assert_max_traces(engine_mod._run_cohort, n=1))
+    # one trace serves every call of this bucket size (train and eval share run_cohort; only train runs here)
+    monkeypatch.setattr(engine_mod, "run_cohort", chex.assert_max_traces(engine_mod.run_cohort, n=1))
     cfg = LocalTrainConfig(batch_size=16, mode="steps", local_steps=2)
     store = _store()
     eng = CohortEngine(MODEL, data, cfg)

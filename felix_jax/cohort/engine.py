@@ -128,7 +128,8 @@ class CohortEngine:
         if self.call_overhead < 0:
             raise ValueError(f"call_overhead must be >= 0 task-steps, got {call_overhead}")
         # a sweep batch routes this engine's calls through a shared cohort (experiment/sweep.py):
-        # ``shared(kind, request) -> output``, blocking until the batch's flush; None: its own calls
+        # ``shared(kind, engine, stacked_params, slots, clients, task_ids, times) -> output``, blocking until
+        # the batch's flush; None: its own calls
         self.shared = None
         # the debug backend is the one-task-at-a-time reference: always one device
         self.devices = cohort_devices(devices) if backend == "jit" else cohort_devices(1)
@@ -144,7 +145,7 @@ class CohortEngine:
                              f"({self.min_tasks_per_call} tasks on {self.num_devices} devices)")
         self._chunk = None if self.plan.kind == "vmap" else (1 if self.plan.kind == "map" else self.plan.chunk)
         self.base_key = jax.random.key(seed)
-        self._key_data = jax.random.key_data(self.base_key)[None]  # (1, key data): see _run_cohort
+        self._key_data = jax.random.key_data(self.base_key)[None]  # (1, key data): see run_cohort
         self.counts = np.asarray(jax.device_get(data.counts))
         # clients that take no training step whatever they hold (a boolean per client; None: none), e.g. the
         # FeLiX code's zero-step clients picked by their size at the paper's scale (fleet/reading.py)
@@ -167,9 +168,9 @@ class CohortEngine:
         self._seen_shapes: set[tuple] = set()
         if self.num_devices == 1:
             self._mesh = None
-            self._train_jit = jax.jit(partial(_run_cohort, train_init, train_step, train_final, model, train_cfg),
+            self._train_jit = jax.jit(partial(run_cohort, train_init, train_step, train_final, model, train_cfg),
                                       static_argnames=("scan_len", "plan"))
-            self._eval_jit = jax.jit(partial(_run_cohort, eval_init, eval_step, eval_final, model, self.eval_cfg),
+            self._eval_jit = jax.jit(partial(run_cohort, eval_init, eval_step, eval_final, model, self.eval_cfg),
                                      static_argnames=("scan_len", "plan"))
         else:
             self._mesh = jax.sharding.Mesh(np.array(self.devices), (CLIENTS_AXIS,))
@@ -209,8 +210,7 @@ class CohortEngine:
         with client streams, on the data it holds at ``times[i]``)."""
         slots, clients, task_ids, times = self._check(slots, clients, task_ids, times)
         if self.shared is not None:
-            from .group import Request
-            return self.shared("train", Request(self, stacked_params, slots, clients, task_ids, times))
+            return self.shared("train", self, stacked_params, slots, clients, task_ids, times)
         steps = self.num_train_steps(clients, times)
         if self.backend == "debug":
             return self._train_debug(stacked_params, slots, clients, task_ids, steps, times)
@@ -227,8 +227,7 @@ class CohortEngine:
         """Forward-pass eval tasks over each client's data (cheap utility refresh)."""
         slots, clients, task_ids, times = self._check(slots, clients, task_ids, times)
         if self.shared is not None:
-            from .group import Request
-            return self.shared("eval", Request(self, stacked_params, slots, clients, task_ids, times))
+            return self.shared("eval", self, stacked_params, slots, clients, task_ids, times)
         batches = self.num_eval_batches(clients, times)
         if self.backend == "debug":
             return self._eval_debug(stacked_params, slots, clients, task_ids, batches, times)
@@ -292,7 +291,7 @@ class CohortEngine:
 
     def _task_args(self, bucket, slots, clients, task_ids, times, lengths):
         """The bucket's padded task arrays (host numpy, in device order) and each real task's row."""
-        args = _pad_task_args(bucket.num_tasks, slots[bucket.indices], clients[bucket.indices],
+        args = pad_task_args(bucket.num_tasks, slots[bucket.indices], clients[bucket.indices],
                               task_ids[bucket.indices], times[bucket.indices], lengths[bucket.indices])
         layout = task_layout(bucket.num_tasks, self.num_devices)
         rows = np.argsort(layout, kind="stable")[:len(bucket.indices)]
@@ -308,7 +307,7 @@ class CohortEngine:
 
     def _sharded(self, init, step, final, cfg, scan_len):
         def run(stacked, data, slots, clients, task_ids, times, lengths):
-            return _run_cohort(init, step, final, self.model, cfg, stacked, data, slots, clients, task_ids, times,
+            return run_cohort(init, step, final, self.model, cfg, stacked, data, slots, clients, task_ids, times,
                                lengths, jnp.zeros_like(slots), self._key_data, scan_len=scan_len, plan=self.plan)
 
         return sharded_cohort(run, self._mesh, num_task_args=5)
@@ -355,7 +354,7 @@ class CohortEngine:
         return CohortEvalOutput(LossStats(*(np.asarray(v) for v in host.stats)), np.asarray(host.correct))
 
 
-def _pad_task_args(size: int, slots, clients, task_ids, times, lengths):
+def pad_task_args(size: int, slots, clients, task_ids, times, lengths):
     """Pads task arrays to ``size``; padded tasks run zero steps (and are sliced off)."""
     pad = size - len(clients)
 
@@ -382,7 +381,7 @@ def _assemble_train(parts, order) -> CohortTrainOutput:
     return CohortTrainOutput(tuple(out.delta for out, _ in parts), part_of, rows, cat(0), cat(1), num_steps)
 
 
-def _run_cohort(init, step, final, model, cfg, stacked, data, slots, clients, task_ids, times, lengths, key_of,
+def run_cohort(init, step, final, model, cfg, stacked, data, slots, clients, task_ids, times, lengths, key_of,
                 base_keys, *, scan_len, plan):
     """One compiled call: per task, gather its start parameters and key, then init/scan(step)/final.
 

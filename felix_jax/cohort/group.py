@@ -27,7 +27,7 @@ import numpy as np
 from ..data.federated import FederatedData
 from ..data.streams import DeviceStreams
 from .buckets import plan_buckets
-from .engine import (CallRecord, CohortEngine, CohortEvalOutput, CohortTrainOutput, _pad_task_args, _run_cohort)
+from .engine import (CallRecord, CohortEngine, CohortEvalOutput, CohortTrainOutput, pad_task_args, run_cohort)
 from .local import eval_final, eval_init, eval_step, train_final, train_init, train_step
 from .stats import LossStats
 
@@ -69,7 +69,7 @@ def _pad_rows(a: np.ndarray, width: int, fill) -> np.ndarray:
     return np.concatenate([a, np.full((a.shape[0], width - a.shape[1]), fill, a.dtype)], axis=1)
 
 
-def _fingerprint(a) -> tuple:
+def array_fingerprint(a) -> tuple:
     host = np.asarray(jax.device_get(a))
     return host.shape, str(host.dtype), hash(host.tobytes())
 
@@ -91,10 +91,10 @@ class SharedCohort:
                 raise GroupError(f"experiments of a group need the same model ({first.model.name} and {e.model.name})")
         base = first.data
         same = (base.x, base.y, base.input_scale, base.input_mean, base.input_std)
-        prints = [_fingerprint(a) for a in same]
+        prints = [array_fingerprint(a) for a in same]
         for e in engines[1:]:
             d = e.data
-            if d.x is not base.x and [_fingerprint(a) for a in (d.x, d.y, d.input_scale, d.input_mean,
+            if d.x is not base.x and [array_fingerprint(a) for a in (d.x, d.y, d.input_scale, d.input_mean,
                                                                   d.input_std)] != prints:
                 raise GroupError("experiments of a group need the same training data (data set, num_train)")
         self.engines = list(engines)
@@ -231,7 +231,7 @@ class SharedCohort:
         outs = []
         for b in buckets:
             idx = b.indices
-            args = _pad_task_args(b.num_tasks, slots[idx], clients[idx], ids[idx], times[idx], lengths[idx])
+            args = pad_task_args(b.num_tasks, slots[idx], clients[idx], ids[idx], times[idx], lengths[idx])
             which = np.concatenate([key_of[idx], np.zeros(b.num_tasks - len(idx), np.int32)])
             shape = (kind, cfg, b.num_tasks, size)
             compiled = shape not in self._seen
@@ -298,6 +298,6 @@ class SharedCohort:
 
 
 def _grouped_cohort(init, step, final, model, cfg, stores, data, *task_args, scan_len, plan):
-    """:func:`~felix_jax.cohort.engine._run_cohort` over several experiments' version stores."""
+    """:func:`~felix_jax.cohort.engine.run_cohort` over several experiments' version stores."""
     stacked = stores[0] if len(stores) == 1 else jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *stores)
-    return _run_cohort(init, step, final, model, cfg, stacked, data, *task_args, scan_len=scan_len, plan=plan)
+    return run_cohort(init, step, final, model, cfg, stacked, data, *task_args, scan_len=scan_len, plan=plan)

@@ -35,7 +35,7 @@ import numpy as np
 
 from ..cohort.buckets import next_pow2
 from ..cohort.evaluate import evaluate_many, evaluate_weighted_many
-from ..cohort.group import SharedCohort, _fingerprint
+from ..cohort.group import Request, SharedCohort, array_fingerprint
 from .results import _compiles
 from .scenario import Scenario
 
@@ -108,7 +108,7 @@ class BatchCoordinator:
             self._sims.append(sim)
             member.index = len(self._engines) - 1
             self._blocked[member.index] = 0.0
-            sim.engine.shared = lambda kind, request: self._request(member, kind, request)
+            sim.engine.shared = lambda kind, *call: self._request(member, kind, Request(*call))
             sim.test_evaluator = lambda model, test, params, mixes: self._request(
                 member, "test", (model, test, params, mixes))
             if self._stop_reason is not None:
@@ -226,7 +226,7 @@ class BatchCoordinator:
     def _test_key(self, test) -> tuple:
         """Equal for equal test sets (each experiment builds its own copy of the arrays)."""
         if id(test) not in self._test_keys:
-            self._test_keys[id(test)] = (test, tuple(_fingerprint(a) for a in jax.tree_util.tree_leaves(test)))
+            self._test_keys[id(test)] = (test, tuple(array_fingerprint(a) for a in jax.tree_util.tree_leaves(test)))
         return self._test_keys[id(test)][1]
 
     def summary(self) -> dict:
