@@ -23,9 +23,8 @@ from ..data.loaders import load_dataset
 from ..data.streams import build_streams, streams_to_device
 from ..data.partition import (Partition, dirichlet_partition, dirichlet_sized_partition, iid_partition, partition_by_key,
                               pool_partition, scale_counts)
-from ..traces import REFERENCE_TRACE_NAMES, load_reference_clients
-from ..fleet.config import FleetConfig, StopRule
-from ..fleet.knowledge import Knowledge
+from ..traces import load_reference_clients
+from ..fleet.config import StopRule
 from ..memory import check_fits
 from ..fleet.modes import AsyncMode, SyncMode
 from ..fleet.simulator import Checkpoint, FleetSimulator, RunRecord
@@ -33,6 +32,9 @@ from ..options import OptionError, to_json
 from ..plugin_calls import PluginError
 from ..policies import make_aggregator, make_selector
 from .progress import format_seconds
+# what a scenario resolves to and the checks across its fields (resolution.py): importable from here too
+from .resolution import (RECORD_SECTIONS, RESOLVED_SECTIONS, check_fleet, check_recorded_config,  # noqa: F401
+                         fleet_config, resolved_sections, stop_rule)
 from .registry import make_model, make_profile, make_trace
 from ..fleet.snapshot import SnapshotPolicy, save_snapshot
 from .results import (SNAPSHOT_DIR, MetricsStream, folder_lock, live_metrics, prepare_out_dir, staged_results,
@@ -164,111 +166,6 @@ def _check_population(sc: Scenario, num_samples: int) -> None:
     row = 2 * 4 * widest + CLIENT_OVERHEAD_BYTES
     check_fits(sc.num_clients * row, f"num_clients={sc.num_clients}",
                f"the clients' tables (about {row:,} bytes per client)")
-
-
-def fleet_config(sc: Scenario, strategy) -> FleetConfig:
-    """How the server runs, from the scenario and its strategy (config.json's ``fleet``): the reading's
-    switches resolved for the strategy; its ``interruption`` and ``oracle_departure``, where set, over
-    the scenario's fields of the same names."""
-    reading = sc.resolve_reading().resolved(strategy.mode, strategy.knowledge)
-    return FleetConfig(mode=strategy.mode, knowledge=strategy.knowledge, concurrency=sc.concurrency,
-                       aggregation_goal=sc.aggregation_goal, overcommit=sc.overcommit, timeout_s=sc.timeout_s,
-                       interruption=reading.interruption or sc.interruption,
-                       sees_eval_tier=strategy.eval_selector is not None,
-                       server_optimizer=sc.server_optimizer, timeout_frees_slot=sc.timeout_frees_slot,
-                       utility_from=sc.utility_from, oracle_departure=reading.oracle_departure or sc.oracle_departure,
-                       reading=reading)
-
-
-def stop_rule(sc: Scenario) -> StopRule:
-    """When the run ends (config.json's ``stop``)."""
-    return StopRule(target_accuracy=sc.target_accuracy, max_virtual_s=sc.max_virtual_hours * 3600,
-                    max_aggregations=sc.max_aggregations, eval_every=sc.eval_every,
-                    eval_batch=sc.eval_batch, stop_at_target=sc.stop_at_target)
-
-
-# config.json's top-level sections: the scenario, what it resolves to (checked on a rerun), and facts
-RESOLVED_SECTIONS = ("strategy", "policies", "update_guard", "fleet", "stop")
-RECORD_SECTIONS = ("scenario", "model", "backend", "jax", "snapshot") + RESOLVED_SECTIONS
-
-
-def resolved_sections(sc: Scenario) -> dict[str, Any]:
-    """What ``sc`` resolves to, as config.json records it (its RESOLVED_SECTIONS)."""
-    resolved = sc.resolve_strategy()
-    return json.loads(json.dumps({
-        "strategy": resolved.strategy.to_json(), "policies": resolved.to_json(),
-        "update_guard": to_json(sc.resolve_update_guard()), "fleet": to_json(fleet_config(sc, resolved.strategy)),
-        "stop": to_json(stop_rule(sc))}, default=str))
-
-
-def _first_difference(recorded, resolved, where: str) -> str | None:
-    if isinstance(recorded, dict) and isinstance(resolved, dict):
-        for key in sorted(set(recorded) | set(resolved)):
-            if key not in resolved:
-                return f"{where}.{key} is not a setting this felix-jax records"
-            if key not in recorded:
-                continue  # a setting added since the file was written: the scenario decides it
-            found = _first_difference(recorded[key], resolved[key], f"{where}.{key}")
-            if found:
-                return found
-        return None
-    if recorded != resolved:
-        return f"{where} is {recorded!r} in the file but the scenario section gives {resolved!r}"
-    return None
-
-
-def check_recorded_config(path, data: dict, sc: Scenario) -> None:
-    """A run's config.json used as a scenario file: every recorded section must agree with what its
-    ``scenario`` section resolves to (a run is rerun from the scenario; an edit made elsewhere would be
-    silently ignored), and no unknown section. Raises OptionError (one line) naming the first key."""
-    unknown = sorted(set(data) - set(RECORD_SECTIONS))
-    if unknown:
-        raise OptionError(f"{path}: unknown section {unknown[0]!r} (a run's config.json holds "
-                          f"{', '.join(RECORD_SECTIONS)})")
-    mine = resolved_sections(sc)
-    for section in RESOLVED_SECTIONS:
-        if section in data:
-            found = _first_difference(data[section], mine[section], section)
-            if found:
-                raise OptionError(f"{path}: {found}; a rerun follows the scenario section: set the option there "
-                                  "(e.g. scenario.aggregator.server_lr) and leave the resolved sections as written")
-
-
-def check_fleet(sc: Scenario, strategy) -> None:
-    """Checks across fields and the strategy, before any data is loaded (a Scenario makes them when it
-    is built, so the CLI and the Python API refuse alike)."""
-    if sc.availability.startswith("ref:") and sc.availability[4:] not in REFERENCE_TRACE_NAMES:
-        from ..suggest import known_names
-
-        raise OptionError(f"availability={sc.availability!r}: unknown reference trace"
-                          + known_names(sc.availability, [f"ref:{n}" for n in REFERENCE_TRACE_NAMES], "reference traces"))
-    from .registry import AVAILABILITY, is_file_name
-
-    if not sc.availability.startswith("ref:") and not is_file_name(sc.availability) \
-            and sc.availability not in AVAILABILITY:  # refused now, not once the run has made its folder
-        from .registry import unknown_regime
-
-        raise OptionError(f"availability={sc.availability!r}: {unknown_regime(sc.availability)}")
-    if strategy.mode == "sync" and sc.aggregation_goal > sc.num_clients:
-        raise OptionError(f"aggregation_goal={sc.aggregation_goal}: a sync round needs that many distinct clients "
-                          f"but the population has num_clients={sc.num_clients}")
-    if sc.eval_batch > sc.max_aggregations:  # a batch is padded to its size: 10^9 would allocate 10^9 models
-        raise OptionError(f"eval_batch={sc.eval_batch}: more test checkpoints per device call than the run's "
-                          f"max_aggregations={sc.max_aggregations} (a batch waits until full and is padded to its "
-                          f"size in memory); use at most {sc.max_aggregations}")
-    cfg = fleet_config(sc, strategy)
-    if cfg.reading.small_clients == "zero_step_reference" and (sc.partition != "reference"
-                                                               or sc.local_mode != "epochs"):
-        raise OptionError("reading.small_clients=zero_step_reference picks the clients the paper's loader never "
-                          "trained by their size in the paper: it needs partition=reference and local_mode=epochs, "
-                          f"not partition={sc.partition}, local_mode={sc.local_mode}")
-    if cfg.mode == "async" and sc.aggregation_goal > sc.num_clients and (
-            cfg.detaches_on_departure or cfg.reading.async_exclusion == "every_async"):
-        why = ("TierTrack" if cfg.knowledge is Knowledge.TIERTRACK else "oracle_departure=free_slot"
-               if cfg.detaches_on_departure else "reading.async_exclusion=every_async")
-        raise OptionError(f"aggregation_goal={sc.aggregation_goal}: strategy {sc.strategy} ({why}) trains each "
-                          f"client at most once per aggregation, so it needs that many distinct clients but the "
-                          f"population has num_clients={sc.num_clients}: it would never aggregate")
 
 
 def reference_sizes(num_clients: int, num_samples: int) -> np.ndarray:

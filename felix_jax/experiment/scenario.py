@@ -128,7 +128,7 @@ class Scenario:
         self.resolve_stream()
         self.resolve_reading()
         self._check_names()
-        from .runner import check_fleet
+        from .resolution import check_fleet
 
         check_fleet(self, strategy)  # across fields: a fleet that could never aggregate
 
@@ -245,7 +245,7 @@ class Scenario:
                               f"got {type(data).__name__}")
         sc = Scenario().with_overrides(_resolve_paths(data, path.parent))
         if record is not None:
-            from .runner import check_recorded_config
+            from .resolution import check_recorded_config
 
             check_recorded_config(path, record, sc)
         return sc

@@ -29,7 +29,7 @@ from .accounting import Accounting
 from .clientmap import ClientMap
 from .config import FleetConfig, StopRule
 from .events import EventKind, EventQueue
-from .executor import EvalOutcome, LazyExecutor, TrainOutcome
+from .executor import EvalOutcome, LazyExecutor
 from .knowledge import Knowledge, ViewTracker
 from .lifecycle import first_leave, first_return, task_timeline
 from .records import Checkpoint, Update  # noqa: F401  (importable from here, as before)
