@@ -180,6 +180,7 @@ def _run(args: argparse.Namespace) -> int:
             raise SystemExit(f"felix-jax run: {_one_line(e)}")
         return 0
     _check_run_arguments(args)  # before anything is written
+    args.writers = _writers(args, "run")
     snapshots = {"snapshot_every": args.snapshot_every, "snapshot_minutes": args.snapshot_minutes}
     if args.resume:
         if args.set or args.config or args.out or args.overwrite or args.preset_given:
@@ -243,7 +244,7 @@ def _run_locked(args, scenario, out: Path, created: bool, snapshots: dict) -> in
     kept = f"; the earlier results in {out} are kept" if replacing else ""
     try:
         result = run(scenario, out, progress=not args.quiet, stop_on_signals=True, resume=bool(args.resume),
-                     wall_budget_s=args.wall_budget_s, **snapshots)
+                     wall_budget_s=args.wall_budget_s, writers=args.writers, **snapshots)
     except USER_ERRORS as e:
         if created:  # refused before it wrote anything: leave no empty folder
             remove_if_unused(out)
@@ -266,6 +267,16 @@ def _run_locked(args, scenario, out: Path, created: bool, snapshots: dict) -> in
     return 0
 
 
+def _writers(args: argparse.Namespace, command: str) -> tuple:
+    """``--log-to``: the metric writers, or one line naming the extra to install (before any work)."""
+    from .experiment.writers import make_writers
+
+    try:
+        return make_writers(args.log_to)
+    except OptionError as e:
+        raise SystemExit(f"felix-jax {command}: {_one_line(e)}")
+
+
 def _compare(args: argparse.Namespace) -> int:
     from .experiment import get_preset
     from .experiment.compare import cell_overrides, parse_sweep, sweep_strategies
@@ -274,6 +285,7 @@ def _compare(args: argparse.Namespace) -> int:
     from .traces import REFERENCE_TRACE_NAMES
 
     sets = _parse_sets(args.set or [])
+    args.writers = _writers(args, "compare")
     for key, flag in (("strategy", "--strategies"), ("availability", "--availability"), ("seed", "--seeds")):
         if key in sets:  # an axis of the matrix: the flag sets it, a --set would be silently overridden
             raise SystemExit(f"felix-jax compare: --set {key}=...: {key} is an axis of the comparison; "
@@ -356,7 +368,7 @@ def _compare_locked(args, base, strategies, regimes, seeds, out: Path) -> int:
         if batch < 1:
             raise OptionError(f"--batch must be >= 1 experiments, got {batch}")
         rows = run_matrix(base, strategies, regimes, seeds, out, progress=not args.quiet, resume=not args.overwrite,
-                          batch=batch, executor=args.executor, ray_address=args.ray_address)
+                          batch=batch, executor=args.executor, ray_address=args.ray_address, writers=args.writers)
     except (*USER_ERRORS, CellChanged, ImportError) as e:  # ImportError: --executor ray without Ray
         raise SystemExit(f"felix-jax compare: {_one_line(e)}")
     except KeyboardInterrupt:  # finished cells are on disk; the same command resumes from them
@@ -553,6 +565,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="stop after S seconds of wall time (stop reason wall_budget, and a snapshot: "
                           "--resume continues it)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--log-to", default=None, metavar="WRITERS",
+                     help="also log the checkpoints to tensorboard and/or mlflow (comma-separated; the extras of "
+                          "the same names; default none; docs/results.md)")
     run.set_defaults(func=_run)
     cmp_ = sub.add_parser("compare", help="run strategies x availability regimes x seeds and compare them",
                           formatter_class=_HelpFormatter, epilog=COMPARE_EXAMPLES)
@@ -580,6 +595,9 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--ray-address", default=None, metavar="ADDR",
                       help="the Ray cluster to use (default: RAY_ADDRESS, else a local instance)")
     cmp_.add_argument("--quiet", action="store_true", help="no progress bars")
+    cmp_.add_argument("--log-to", default=None, metavar="WRITERS",
+                      help="also log every cell to tensorboard and/or mlflow, one run per cell (comma-separated; "
+                           "default none)")
     cmp_.set_defaults(func=_compare)
     demo = sub.add_parser("demo", help="FedAvg rounds of one vectorized cohort each: throughput and accuracy",
                           formatter_class=_HelpFormatter,

@@ -181,14 +181,15 @@ def _interrupted_with_snapshot(run_dir: Path) -> bool:
 
 
 def _run_cell(sc: Scenario, run_dir: Path, progress: bool, deadline: float = math.inf,
-              plot: bool = True, cell_budget_s: float | None = None) -> dict | None:
+              plot: bool = True, cell_budget_s: float | None = None, writers: tuple = ()) -> dict | None:
     """One cell's summary; None if it would start after ``deadline`` (``time.time()``). A cell that a
     signal stopped (its snapshot written at the stop) continues from there; any other unfinished cell
     (killed outright) starts again."""
     if time.time() > deadline:
         return None
     resume = _interrupted_with_snapshot(run_dir)
-    return run(sc, run_dir, progress=progress, plot=plot, wall_budget_s=cell_budget_s, resume=resume).summary
+    return run(sc, run_dir, progress=progress, plot=plot, wall_budget_s=cell_budget_s, resume=resume,
+               writers=writers).summary
 
 
 def _row(sc: Scenario, base: Scenario, summary: dict, run_dir: Path, label: str | None = None) -> dict:
@@ -200,7 +201,8 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
                progress: bool = True, log: Callable[[str], None] = print, resume: bool = True,
                workers: int = 1, cells: list[tuple[str, str, int]] | None = None,
                deadline: float = math.inf, plot: bool = True, cell_budget_s: float | None = None,
-               batch: int = 1, executor: str = "local", ray_address: str | None = None) -> list[dict]:
+               batch: int = 1, executor: str = "local", ray_address: str | None = None,
+               writers=()) -> list[dict]:
     """Runs every (strategy, regime, seed) cell (or the given ``cells``) and writes ``summary.csv``.
 
     ``resume``: a cell whose folder already holds this scenario's ``config.json`` and a
@@ -214,12 +216,18 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
     in this process, their device calls shared (``experiment/sweep.py``; same results; with
     ``workers``, not both). ``executor="ray"``: the batches run as Ray tasks
     (``ray_executor.py``; ``ray_address`` of the cluster, None: ``RAY_ADDRESS`` or a local instance).
+    ``writers``: metric writers (``experiment/writers.py``), one log per cell under ``out``; a kept
+    cell that has none yet is logged from its files.
     """
     todo = cells if cells is not None else [(st, rg, sd) for rg in regimes for st in strategies for sd in seeds]
     scenarios = []
     for spec, rg, sd in todo:  # a cell's strategy may be a variant NAME@KEY=VALUE (parse_cell_strategy)
         scenarios.append(base.with_overrides({**cell_overrides(spec), "availability": rg, "seed": sd}))
     labels = [spec for spec, _, _ in todo]
+    from .writers import for_cell, make_writers
+
+    writers = make_writers(writers)
+    cell_writers = [for_cell(writers, out, labels[i], sc.availability, sc.seed) for i, sc in enumerate(scenarios)]
     rows: list[dict | None] = [None] * len(todo)
     pending = []
     if len(set(map(tuple, todo))) < len(todo):
@@ -234,6 +242,10 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
         done = finished_summary(sc, run_dir) if resume else None
         if done is not None:
             rows[i] = {**_row(sc, base, done, run_dir, labels[i]), "_kept": True}
+            if writers:
+                from .writers import backfill
+
+                backfill(cell_writers[i], run_dir)
             log(f"[{i + 1}/{len(todo)}] {labels[i]} on {regime_label(sc.availability)}, seed {sc.seed}: "
                 "finished earlier, kept")
         else:
@@ -242,13 +254,16 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
         raise ValueError("batch and workers: choose one (a batch shares one process's device calls)")
     if executor not in ("local", "ray"):
         raise ValueError(f"executor must be 'local' or 'ray', got {executor!r}")
+    if pending and (executor == "ray" or workers > 1):  # a shared store made once, not by racing processes
+        for w in writers:
+            w.prepare()
     if (executor == "ray" or batch > 1) and pending:
         from .sweep import SweepJob, run_sweep
 
         dirs = [cell_dir(out, labels[i], scenarios[i].availability, scenarios[i].seed) for i in pending]
         # Ray workers may start elsewhere: their folders by absolute path
-        jobs = [SweepJob(scenarios[i], d.resolve() if executor == "ray" else d, resume=_interrupted_with_snapshot(d))
-                for i, d in zip(pending, dirs)]
+        jobs = [SweepJob(scenarios[i], d.resolve() if executor == "ray" else d, resume=_interrupted_with_snapshot(d),
+                         writers=cell_writers[i]) for i, d in zip(pending, dirs)]
         if executor == "ray":
             from .ray_executor import run_on_ray
 
@@ -280,7 +295,7 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
                 if cells_bar is not None:
                     cells_bar.set_postfix_str(f"{labels[i]}/{regime_label(sc.availability)}/seed{sc.seed}")
                 run_dir = cell_dir(out, labels[i], sc.availability, sc.seed)
-                summary = _run_cell(sc, run_dir, progress, deadline, plot, cell_budget_s)
+                summary = _run_cell(sc, run_dir, progress, deadline, plot, cell_budget_s, cell_writers[i])
                 rows[i] = None if summary is None else _row(sc, base, summary, run_dir, labels[i])
                 walls.append(time.perf_counter() - started)
                 if cells_bar is not None:
@@ -295,7 +310,7 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
             futures = {pool.submit(_run_cell, scenarios[i], cell_dir(out, labels[i],
                                    scenarios[i].availability, scenarios[i].seed), False, deadline, plot,
-                                   cell_budget_s): i
+                                   cell_budget_s, cell_writers[i]): i
                        for i in pending}
             started = time.perf_counter()
             for n, fut in enumerate(as_completed(futures), 1):
