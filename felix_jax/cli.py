@@ -1,4 +1,4 @@
-"""``felix-jax`` command line (host-only): ``run``, ``compare``, ``demo``, ``plot``, ``plot-trace``."""
+"""``felix-jax`` command line (host-only): ``run``, ``compare``, ``demo``, ``plot``, ``report``, ``plot-trace``."""
 
 from __future__ import annotations
 
@@ -360,6 +360,7 @@ def _check_cell_folders(base, regimes: list[str]) -> None:
 
 def _compare_locked(args, base, strategies, regimes, seeds, out: Path) -> int:
     from .experiment.compare import CellChanged, all_kept, plot_comparison, run_matrix, write_tables
+    from .experiment.report import write_report
 
     try:
         from .experiment.sweep import default_batch
@@ -383,7 +384,7 @@ def _compare_locked(args, base, strategies, regimes, seeds, out: Path) -> int:
               "rerun them with --overwrite, or give --out another folder")
     print(table)
     print(f"wrote {out}/summary.csv (a row per run), {out}/summary_pooled.csv (over seeds), {out}/table.txt, "
-          + ", ".join(str(p) for p in figures))
+          + ", ".join(str(p) for p in figures) + f", {write_report(out)}")
     return 0
 
 
@@ -462,6 +463,17 @@ def _plot(args: argparse.Namespace) -> int:
     except (*USER_ERRORS, ValueError) as e:  # a missing or malformed results file
         raise SystemExit(f"felix-jax plot: {_one_line(e)}")
     print("wrote " + ", ".join(str(p) for p in figures))
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from .experiment.report import ReportError, write_report
+
+    try:
+        path = write_report(Path(args.dir), args.out)
+    except (*USER_ERRORS, ReportError, ValueError) as e:
+        raise SystemExit(f"felix-jax report: {_one_line(e)}")
+    print(f"wrote {path}")
     return 0
 
 
@@ -611,6 +623,11 @@ def build_parser() -> argparse.ArgumentParser:
     plot = sub.add_parser("plot", help="redraw the figures of a run or compare results folder from its saved files")
     plot.add_argument("dir", help="a run folder (metrics.csv) or a compare folder (summary.csv and runs/)")
     plot.set_defaults(func=_plot)
+    report = sub.add_parser("report", help="one self-contained HTML page of a comparison: table, figures, "
+                                           "settings, warnings")
+    report.add_argument("dir", help="a compare folder (summary.csv and runs/)")
+    report.add_argument("--out", help="the page (default DIR/report.html)")
+    report.set_defaults(func=_report)
     trace = sub.add_parser("plot-trace", help="draw an availability trace: tier shares over time and a client raster",
                            formatter_class=_HelpFormatter, epilog=PLOT_TRACE_EXAMPLES)
     trace.add_argument("trace", metavar="FILE_OR_REGIME",
