@@ -360,6 +360,7 @@ def _check_cell_folders(base, regimes: list[str]) -> None:
 
 def _compare_locked(args, base, strategies, regimes, seeds, out: Path) -> int:
     from .experiment.compare import CellChanged, all_kept, plot_comparison, run_matrix, write_tables
+    from .experiment.ray_executor import ClusterError
     from .experiment.report import write_report
 
     try:
@@ -368,9 +369,12 @@ def _compare_locked(args, base, strategies, regimes, seeds, out: Path) -> int:
         batch = default_batch() if args.batch is None else args.batch
         if batch < 1:
             raise OptionError(f"--batch must be >= 1 experiments, got {batch}")
+        if args.ray_max_retries < 0:
+            raise OptionError(f"--ray-max-retries must be >= 0, got {args.ray_max_retries}")
         rows = run_matrix(base, strategies, regimes, seeds, out, progress=not args.quiet, resume=not args.overwrite,
-                          batch=batch, executor=args.executor, ray_address=args.ray_address, writers=args.writers)
-    except (*USER_ERRORS, CellChanged, ImportError) as e:  # ImportError: --executor ray without Ray
+                          batch=batch, executor=args.executor, ray_address=args.ray_address, writers=args.writers,
+                          ray_max_retries=args.ray_max_retries)
+    except (*USER_ERRORS, CellChanged, ImportError, ClusterError) as e:  # ImportError: --executor ray without Ray
         raise SystemExit(f"felix-jax compare: {_one_line(e)}")
     except KeyboardInterrupt:  # finished cells are on disk; the same command resumes from them
         print(f"felix-jax compare: interrupted; finished cells are kept in {out}/runs, and the same command "
@@ -606,6 +610,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "the ray extra)")
     cmp_.add_argument("--ray-address", default=None, metavar="ADDR",
                       help="the Ray cluster to use (default: RAY_ADDRESS, else a local instance)")
+    cmp_.add_argument("--ray-max-retries", type=int, default=3, metavar="N",
+                      help="times Ray runs a batch again elsewhere when its node or worker dies (0: the comparison "
+                           "stops with the lost cells named; the same command continues)")
     cmp_.add_argument("--quiet", action="store_true", help="no progress bars")
     cmp_.add_argument("--log-to", default=None, metavar="WRITERS",
                       help="also log every cell to tensorboard and/or mlflow, one run per cell (comma-separated; "

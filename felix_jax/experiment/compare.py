@@ -202,7 +202,7 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
                workers: int = 1, cells: list[tuple[str, str, int]] | None = None,
                deadline: float = math.inf, plot: bool = True, cell_budget_s: float | None = None,
                batch: int = 1, executor: str = "local", ray_address: str | None = None,
-               writers=()) -> list[dict]:
+               writers=(), ray_max_retries: int = 3) -> list[dict]:
     """Runs every (strategy, regime, seed) cell (or the given ``cells``) and writes ``summary.csv``.
 
     ``resume``: a cell whose folder already holds this scenario's ``config.json`` and a
@@ -267,7 +267,8 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
         if executor == "ray":
             from .ray_executor import run_on_ray
 
-            summaries = run_on_ray(jobs, batch, address=ray_address, plot=plot, wall_budget_s=cell_budget_s, log=log)
+            summaries = run_on_ray(jobs, batch, address=ray_address, plot=plot, wall_budget_s=cell_budget_s, log=log,
+                                   max_retries=ray_max_retries)
         else:
             summaries = [None if r is None else r.summary for r in
                          run_sweep(jobs, batch, plot=plot, wall_budget_s=cell_budget_s, stop_on_signals=True,
