@@ -266,3 +266,27 @@ def test_a_comparison_logs_one_run_per_cell_and_kept_cells_are_logged_from_their
         client = MlflowClient((tmp_path / "mlruns").as_uri())
         found = client.search_runs([client.get_experiment_by_name("cmp").experiment_id])
         assert sorted(r.info.run_name for r in found) == runs
+
+
+@needs_tbx
+def test_the_writer_overhead_benchmark_prints_its_ratio_and_the_same_results(tmp_path, capsys):
+    import runpy
+
+    bench = runpy.run_path(str(Path(__file__).resolve().parents[1] / "benchmarks" / "writer_overhead.py"))
+    result = bench["main"](["--aggregations", "3", "--reps", "1", "--writers", "tensorboard",
+                            "--json", str(tmp_path / "w.json")])
+    assert result["same_results"] and result["ratio_ms_per_event"] > 0
+    assert json.loads((tmp_path / "w.json").read_text())["writers"] == "tensorboard"
+    assert "ratio with/without: host ms/event x" in capsys.readouterr().out
+
+
+@needs_tbx
+def test_a_log_that_cannot_start_is_refused_in_one_line_before_the_event_loop(tmp_path):
+    from felix_jax.experiment.runner import run
+
+    (tmp_path / "not-a-folder").write_text("a file where the logs would go")
+    sc = get_preset("tiny").with_overrides({"max_aggregations": "2"})
+    with pytest.raises(WriterError) as refused:
+        run(sc, tmp_path / "r", plot=False, writers=[TensorBoardWriter(root=tmp_path / "not-a-folder", name="x")])
+    assert str(refused.value).startswith("--log-to tensorboard: cannot start the run's log: ")
+    assert "\n" not in str(refused.value) and not (tmp_path / "r" / "summary.json").exists()

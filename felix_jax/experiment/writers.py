@@ -579,7 +579,14 @@ class WriterFeed:
         self.logs: list[RunLog] = []
         try:
             for w in writers:
-                self.logs.append(w.open(info))
+                try:
+                    self.logs.append(w.open(info))
+                except (ImportError, WriterError):
+                    raise
+                except Exception as e:  # a store that cannot be used: one line, before the event loop
+                    first = (str(e).strip().splitlines() or [""])[0]
+                    raise WriterError(f"--log-to {w.kind}: cannot start the run's log: {type(e).__name__}: "
+                                      f"{first[:300]}") from e
         except BaseException:
             self.close(None, None, "FAILED")
             raise
