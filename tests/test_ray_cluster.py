@@ -49,7 +49,10 @@ def _free_port() -> int:
 
 
 def _env() -> dict:
-    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1")
+    # RAY_AUTH_MODE set: not whatever a token in ~/.ray (which a local ray.init() writes) would make each
+    # process decide on its own (a head in token mode refuses a worker that is not)
+    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1",
+               RAY_AUTH_MODE="disabled")
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     return env
 
