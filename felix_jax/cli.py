@@ -1,4 +1,4 @@
-"""``felix-jax`` command line (host-only): ``run``, ``compare``, ``demo``, ``plot``, ``plot-trace``."""
+"""``felix-jax`` command line (host-only): ``run``, ``compare``, ``demo``, ``plot``, ``report``, ``plot-trace``."""
 
 from __future__ import annotations
 
@@ -189,6 +189,7 @@ def _run(args: argparse.Namespace) -> int:
             raise SystemExit(f"felix-jax run: {_one_line(e)}")
         return 0
     _check_run_arguments(args)  # before anything is written
+    args.writers = _writers(args, "run")
     snapshots = {"snapshot_every": args.snapshot_every, "snapshot_minutes": args.snapshot_minutes}
     if args.resume:
         if args.set or args.config or args.out or args.overwrite or args.preset_given:
@@ -253,7 +254,7 @@ def _run_locked(args, scenario, out: Path, created: bool, snapshots: dict) -> in
     kept = f"; the earlier results in {out} are kept" if replacing else ""
     try:
         result = run(scenario, out, progress=not args.quiet, stop_on_signals=True, resume=bool(args.resume),
-                     wall_budget_s=args.wall_budget_s, **snapshots)
+                     wall_budget_s=args.wall_budget_s, writers=args.writers, **snapshots)
     except PluginError as e:
         if created and e.stopped_after is None and e.no_snapshot is None:  # it failed while the run was built
             remove_if_unused(out)
@@ -301,6 +302,16 @@ def _traceback_asked(args: argparse.Namespace) -> bool:
     return bool(getattr(args, "traceback", False)) or os.environ.get(TRACEBACK_ENV, "").strip() not in ("", "0")
 
 
+def _writers(args: argparse.Namespace, command: str) -> tuple:
+    """``--log-to``: the metric writers, or one line naming the extra to install (before any work)."""
+    from .experiment.writers import make_writers
+
+    try:
+        return make_writers(args.log_to)
+    except OptionError as e:
+        raise SystemExit(f"felix-jax {command}: {_one_line(e)}")
+
+
 def _compare(args: argparse.Namespace) -> int:
     from .experiment import get_preset
     from .experiment.compare import cell_overrides, parse_sweep, sweep_strategies
@@ -309,6 +320,7 @@ def _compare(args: argparse.Namespace) -> int:
     from .traces import REFERENCE_TRACE_NAMES
 
     sets = _parse_sets(args.set or [])
+    args.writers = _writers(args, "compare")
     for key, flag in (("strategy", "--strategies"), ("availability", "--availability"), ("seed", "--seeds")):
         if key in sets:  # an axis of the matrix: the flag sets it, a --set would be silently overridden
             raise SystemExit(f"felix-jax compare: --set {key}=...: {key} is an axis of the comparison; "
@@ -387,6 +399,8 @@ def _check_cell_folders(base, regimes: list[str]) -> None:
 
 def _compare_locked(args, base, strategies, regimes, seeds, out: Path) -> int:
     from .experiment.compare import CellChanged, all_kept, plot_comparison, run_matrix, write_tables
+    from .experiment.ray_executor import ClusterError
+    from .experiment.report import write_report
 
     try:
         from .experiment.sweep import default_batch
@@ -394,9 +408,12 @@ def _compare_locked(args, base, strategies, regimes, seeds, out: Path) -> int:
         batch = default_batch() if args.batch is None else args.batch
         if batch < 1:
             raise OptionError(f"--batch must be >= 1 experiments, got {batch}")
+        if args.ray_max_retries < 0:
+            raise OptionError(f"--ray-max-retries must be >= 0, got {args.ray_max_retries}")
         rows = run_matrix(base, strategies, regimes, seeds, out, progress=not args.quiet, resume=not args.overwrite,
-                          batch=batch, executor=args.executor, ray_address=args.ray_address)
-    except (*USER_ERRORS, CellChanged, ImportError) as e:  # ImportError: --executor ray without Ray
+                          batch=batch, executor=args.executor, ray_address=args.ray_address, writers=args.writers,
+                          ray_max_retries=args.ray_max_retries)
+    except (*USER_ERRORS, CellChanged, ImportError, ClusterError) as e:  # ImportError: --executor ray without Ray
         more = ""
         if isinstance(e, PluginError) and e.snapshot is not None:  # its cell keeps a stop snapshot
             more = "; its cell stopped with its results so far: once the plugin is fixed, the same command continues it"
@@ -413,7 +430,7 @@ def _compare_locked(args, base, strategies, regimes, seeds, out: Path) -> int:
               "rerun them with --overwrite, or give --out another folder")
     print(table)
     print(f"wrote {out}/summary.csv (a row per run), {out}/summary_pooled.csv (over seeds), {out}/table.txt, "
-          + ", ".join(str(p) for p in figures))
+          + ", ".join(str(p) for p in figures) + f", {write_report(out)}")
     return 0
 
 
@@ -492,6 +509,17 @@ def _plot(args: argparse.Namespace) -> int:
     except (*USER_ERRORS, ValueError) as e:  # a missing or malformed results file
         raise SystemExit(f"felix-jax plot: {_one_line(e)}")
     print("wrote " + ", ".join(str(p) for p in figures))
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from .experiment.report import ReportError, write_report
+
+    try:
+        path = write_report(Path(args.dir), args.out)
+    except (*USER_ERRORS, ReportError, ValueError) as e:
+        raise SystemExit(f"felix-jax report: {_one_line(e)}")
+    print(f"wrote {path}")
     return 0
 
 
@@ -596,6 +624,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="stop after S seconds of wall time (stop reason wall_budget, and a snapshot: "
                           "--resume continues it)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--log-to", default=None, metavar="WRITERS",
+                     help="also log the checkpoints to tensorboard and/or mlflow (comma-separated; the extras of "
+                          "the same names; default none; docs/results.md)")
     run.set_defaults(func=_run)
     cmp_ = sub.add_parser("compare", help="run strategies x availability regimes x seeds and compare them",
                           formatter_class=_HelpFormatter, epilog=COMPARE_EXAMPLES)
@@ -623,7 +654,13 @@ def build_parser() -> argparse.ArgumentParser:
                            "the ray extra)")
     cmp_.add_argument("--ray-address", default=None, metavar="ADDR",
                       help="the Ray cluster to use (default: RAY_ADDRESS, else a local instance)")
+    cmp_.add_argument("--ray-max-retries", type=int, default=3, metavar="N",
+                      help="times Ray runs a batch again elsewhere when its node or worker dies (0: the comparison "
+                           "stops with the lost cells named; the same command continues)")
     cmp_.add_argument("--quiet", action="store_true", help="no progress bars")
+    cmp_.add_argument("--log-to", default=None, metavar="WRITERS",
+                      help="also log every cell to tensorboard and/or mlflow, one run per cell (comma-separated; "
+                           "default none)")
     cmp_.set_defaults(func=_compare)
     demo = sub.add_parser("demo", help="FedAvg rounds of one vectorized cohort each: throughput and accuracy",
                           formatter_class=_HelpFormatter,
@@ -637,6 +674,11 @@ def build_parser() -> argparse.ArgumentParser:
     plot = sub.add_parser("plot", help="redraw the figures of a run or compare results folder from its saved files")
     plot.add_argument("dir", help="a run folder (metrics.csv) or a compare folder (summary.csv and runs/)")
     plot.set_defaults(func=_plot)
+    report = sub.add_parser("report", help="one self-contained HTML page of a comparison: table, figures, "
+                                           "settings, warnings")
+    report.add_argument("dir", help="a compare folder (summary.csv and runs/)")
+    report.add_argument("--out", help="the page (default DIR/report.html)")
+    report.set_defaults(func=_report)
     trace = sub.add_parser("plot-trace", help="draw an availability trace: tier shares over time and a client raster",
                            formatter_class=_HelpFormatter, epilog=PLOT_TRACE_EXAMPLES)
     trace.add_argument("trace", metavar="FILE_OR_REGIME",

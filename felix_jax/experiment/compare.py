@@ -125,7 +125,7 @@ def _killed_with_snapshot(sc: Scenario, run_dir: Path) -> bool:
 
 def _run_cell(sc: Scenario, run_dir: Path, progress: bool, deadline: float = math.inf,
               plot: bool = True, cell_budget_s: float | None = None,
-              snapshot_minutes: float | None = None) -> dict | None:
+              snapshot_minutes: float | None = None, writers: tuple = ()) -> dict | None:
     """One cell's summary; None if it would start after ``deadline`` (``time.time()``). A cell that a
     signal stopped (its snapshot written at the stop) continues from there, and so does one killed
     outright after a periodic snapshot (``snapshot_minutes``: one every that many minutes of wall
@@ -138,12 +138,12 @@ def _run_cell(sc: Scenario, run_dir: Path, progress: bool, deadline: float = mat
 
         try:
             return run(sc, run_dir, progress=progress, plot=plot, wall_budget_s=cell_budget_s, resume=True,
-                       snapshot_minutes=snapshot_minutes).summary
+                       snapshot_minutes=snapshot_minutes, writers=writers).summary
         except SnapshotError as err:  # written by another felix-jax (a changed simulator): the cell starts again
             print(f"{run_dir}: its snapshot cannot be resumed ({err}); the cell starts again", file=sys.stderr)
     resume = _interrupted_with_snapshot(run_dir)
     return run(sc, run_dir, progress=progress, plot=plot, wall_budget_s=cell_budget_s, resume=resume,
-               snapshot_minutes=snapshot_minutes).summary
+               snapshot_minutes=snapshot_minutes, writers=writers).summary
 
 
 def _row(sc: Scenario, base: Scenario, summary: dict, run_dir: Path, label: str | None = None) -> dict:
@@ -156,7 +156,7 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
                workers: int = 1, cells: list[tuple[str, str, int]] | None = None,
                deadline: float = math.inf, plot: bool = True, cell_budget_s: float | None = None,
                batch: int = 1, executor: str = "local", ray_address: str | None = None,
-               snapshot_minutes: float | None = None) -> list[dict]:
+               snapshot_minutes: float | None = None, writers=(), ray_max_retries: int = 3) -> list[dict]:
     """Runs every (strategy, regime, seed) cell (or the given ``cells``) and writes ``summary.csv``.
 
     ``resume``: a cell whose folder already holds this scenario's ``config.json`` and a
@@ -173,12 +173,18 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
     ``snapshot_minutes``: each cell (cell by cell or in ``workers``) snapshots every that many minutes of
     wall time, so that a matrix killed outright (``kill -9``, a machine stopped) resumes its running
     cells from their last snapshot, not from the start.
+    ``writers``: metric writers (``experiment/writers.py``), one log per cell under ``out``; a kept
+    cell that has none yet is logged from its files.
     """
     todo = cells if cells is not None else [(st, rg, sd) for rg in regimes for st in strategies for sd in seeds]
     scenarios = []
     for spec, rg, sd in todo:  # a cell's strategy may be a variant NAME@KEY=VALUE (parse_cell_strategy)
         scenarios.append(base.with_overrides({**cell_overrides(spec), "availability": rg, "seed": sd}))
     labels = [spec for spec, _, _ in todo]
+    from .writers import for_cell, make_writers
+
+    writers = make_writers(writers)
+    cell_writers = [for_cell(writers, out, labels[i], sc.availability, sc.seed) for i, sc in enumerate(scenarios)]
     rows: list[dict | None] = [None] * len(todo)
     pending = []
     if len(set(map(tuple, todo))) < len(todo):
@@ -193,6 +199,10 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
         done = finished_summary(sc, run_dir) if resume else None
         if done is not None:
             rows[i] = {**_row(sc, base, done, run_dir, labels[i]), "_kept": True}
+            if writers:
+                from .writers import backfill
+
+                backfill(cell_writers[i], run_dir)
             log(f"[{i + 1}/{len(todo)}] {labels[i]} on {regime_label(sc.availability)}, seed {sc.seed}: "
                 "finished earlier, kept")
         else:
@@ -203,17 +213,21 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
         raise ValueError("snapshot_minutes: cell by cell or with workers (a sweep batch snapshots at a stop only)")
     if executor not in ("local", "ray"):
         raise ValueError(f"executor must be 'local' or 'ray', got {executor!r}")
+    if pending and (executor == "ray" or workers > 1):  # a shared store made once, not by racing processes
+        for w in writers:
+            w.prepare()
     if (executor == "ray" or batch > 1) and pending:
         from .sweep import SweepJob, run_sweep
 
         dirs = [cell_dir(out, labels[i], scenarios[i].availability, scenarios[i].seed) for i in pending]
         # Ray workers may start elsewhere: their folders by absolute path
-        jobs = [SweepJob(scenarios[i], d.resolve() if executor == "ray" else d, resume=_interrupted_with_snapshot(d))
-                for i, d in zip(pending, dirs)]
+        jobs = [SweepJob(scenarios[i], d.resolve() if executor == "ray" else d, resume=_interrupted_with_snapshot(d),
+                         writers=cell_writers[i]) for i, d in zip(pending, dirs)]
         if executor == "ray":
             from .ray_executor import run_on_ray
 
-            summaries = run_on_ray(jobs, batch, address=ray_address, plot=plot, wall_budget_s=cell_budget_s, log=log)
+            summaries = run_on_ray(jobs, batch, address=ray_address, plot=plot, wall_budget_s=cell_budget_s, log=log,
+                                   max_retries=ray_max_retries)
         else:
             summaries = [None if r is None else r.summary for r in
                          run_sweep(jobs, batch, plot=plot, wall_budget_s=cell_budget_s, stop_on_signals=True,
@@ -241,7 +255,8 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
                 if cells_bar is not None:
                     cells_bar.set_postfix_str(f"{labels[i]}/{regime_label(sc.availability)}/seed{sc.seed}")
                 run_dir = cell_dir(out, labels[i], sc.availability, sc.seed)
-                summary = _run_cell(sc, run_dir, progress, deadline, plot, cell_budget_s, snapshot_minutes)
+                summary = _run_cell(sc, run_dir, progress, deadline, plot, cell_budget_s, snapshot_minutes,
+                                    cell_writers[i])
                 rows[i] = None if summary is None else _row(sc, base, summary, run_dir, labels[i])
                 walls.append(time.perf_counter() - started)
                 if cells_bar is not None:
@@ -256,7 +271,7 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
             futures = {pool.submit(_run_cell, scenarios[i], cell_dir(out, labels[i],
                                    scenarios[i].availability, scenarios[i].seed), False, deadline, plot,
-                                   cell_budget_s, snapshot_minutes): i
+                                   cell_budget_s, snapshot_minutes, cell_writers[i]): i
                        for i in pending}
             started = time.perf_counter()
             for n, fut in enumerate(as_completed(futures), 1):

@@ -32,7 +32,7 @@ from ..traces.data_paths import DataFileError, reading
 METRIC_COLUMNS = ["time_s", "hours", "version", "accuracy", "loss", "bytes_total", "staleness_mean", "interval_s"]
 # what a run writes into its folder (a replacing run replaces these and its snapshot, nothing else)
 RESULT_FILES = ("config.json", "metrics.csv", "summary.json", "distributions.json", "accuracy.png", EVENTS_FILE,
-                "participation.png")
+                "participation.png", "tensorboard")  # tensorboard/: --log-to tensorboard (experiment/writers.py)
 SNAPSHOT_DIR = "snapshot"  # a run's snapshots (felix_jax.fleet.snapshot), for --resume
 
 
@@ -155,6 +155,8 @@ _WRITTEN_BY_A_RUN = {
     EVENTS_FILE: lambda p: p.is_file() and _first_bytes(p, 200).split(b"\n")[0].strip() == ",".join(
         EVENT_COLUMNS).encode(),
     SNAPSHOT_DIR: lambda p: p.is_dir() and all(_SNAPSHOT_ENTRY.fullmatch(q.name) for q in p.iterdir()),
+    "tensorboard": lambda p: p.is_dir() and all(q.is_file() and q.name.startswith("events.out.tfevents.")
+                                                for q in p.iterdir()),
 }
 
 

@@ -420,7 +420,7 @@ def run_config(sc: Scenario, sim: FleetSimulator) -> dict[str, Any]:
 
 def run(sc: Scenario, out_dir: str | Path | None = None, progress: bool = False, plot: bool = True,
         stop_on_signals: bool = False, snapshot_every: int | None = None, snapshot_minutes: float | None = None,
-        resume: bool = False, wall_budget_s: float | None = None, batch=None) -> RunResult:
+        resume: bool = False, wall_budget_s: float | None = None, batch=None, writers=None) -> RunResult:
     """Builds and runs ``sc``; with ``out_dir``, writes its results folder as the run goes.
 
     The folder is checked (created, writable, not a comparison's, nothing a run did not write
@@ -443,15 +443,23 @@ def run(sc: Scenario, out_dir: str | Path | None = None, progress: bool = False,
     run stops after the current event, with stop reason ``"wall_budget"`` (a snapshot then, as
     for a signal): a run's results are complete up to there, but where it ends depends on the
     machine's speed, which the stop reason says.
+    ``writers``: metric writers fed every test checkpoint as ``metrics.csv`` is (``"tensorboard"``,
+    ``"mlflow"`` or :class:`~felix_jax.experiment.writers.MetricWriter` objects; needs ``out_dir``;
+    ``experiment/writers.py``): a resumed run continues their logs without repeating a step.
     """
+    from .writers import make_writers
+
+    writers = make_writers(writers)  # a missing package is refused here, before any work
+    if writers and out_dir is None:
+        raise ValueError("writers need the run's results folder (out_dir)")
     # one writer per results folder, for the whole run (re-entrant within a process)
     with folder_lock(out_dir, "felix-jax run") if out_dir is not None else contextlib.nullcontext():
         return _run(sc, out_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_minutes, resume,
-                    wall_budget_s, batch)
+                    wall_budget_s, batch, writers)
 
 
 def _run(sc, out_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_minutes, resume,
-         wall_budget_s, batch=None) -> RunResult:
+         wall_budget_s, batch=None, writers=()) -> RunResult:
     t_call = time.perf_counter()
     if wall_budget_s is not None and not wall_budget_s > 0:
         raise ValueError(f"wall_budget_s must be > 0 seconds, got {wall_budget_s}")
@@ -474,7 +482,8 @@ def _run(sc, out_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_
     with staged_results(out, replace=not resume) as write_dir:
         try:
             result = _run_into(sc, write_dir, write_dir / SNAPSHOT_DIR, progress, plot, stop_on_signals,
-                               snapshot_every, snapshot_minutes, resume, wall_budget_s, batch, t_call)
+                               snapshot_every, snapshot_minutes, resume, wall_budget_s, batch, t_call,
+                               writers=writers, final_out=out)
         except PluginError as e:
             if not resume and e.stopped_after is None and e.no_snapshot is None:  # failed before its first event
                 for name in ("config.json", "metrics.csv"):  # nothing to keep: the folder is left as it was
@@ -497,16 +506,20 @@ def finished_stop_reason(out_dir: Path) -> str | None:
 
 
 def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_minutes, resume,
-              wall_budget_s, batch, t_call) -> RunResult:
+              wall_budget_s, batch, t_call, writers=(), final_out=None) -> RunResult:
     bar = _Progress(sc, progress)
     stream: MetricsStream | None = None
+    feed = None  # the metric writers' logs (experiment/writers.py)
     timer: threading.Timer | None = None
     failure: PluginError | None = None  # a plugin's error that stopped the run
     stop_snapshot: Path | None = None
+    sim = None
 
     def on_checkpoint(cp: Checkpoint) -> None:
         if stream is not None:
             stream(cp)
+        if feed is not None:
+            feed(cp, sim)
         bar(cp)
 
     with _StopOnSignals(stop_on_signals) as signals:
@@ -523,9 +536,15 @@ def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every
                 stream = MetricsStream(out / "metrics.csv")
                 for cp in sim.checkpoints:  # rows up to the snapshot; a killed run may have written more
                     stream(cp)
+                if writers:
+                    from .writers import RunInfo, WriterFeed
+
+                    feed = WriterFeed(writers, RunInfo(Path(final_out or out), out, config, resume))
+                    feed.restored(sim)  # a resumed run's checkpoints so far: those not logged yet
                 if snapshot_every is not None or snapshot_minutes is not None:
                     sim.snapshot = SnapshotPolicy(snap_dir, every_aggregations=snapshot_every,
-                                                  every_minutes=snapshot_minutes)
+                                                  every_minutes=snapshot_minutes,
+                                                  on_saved=None if feed is None else feed.flush)
             signals.attach(sim)
             if wall_budget_s is not None:
                 left = wall_budget_s - (time.perf_counter() - t_call)
@@ -546,6 +565,10 @@ def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every
                 sim, record = _replay_to_last_event(sc, settled, seen, snap_dir, failure)
             if out is not None and record.stop_reason in ("interrupted", "wall_budget", PLUGIN_ERROR):
                 stop_snapshot = save_snapshot(sim, snap_dir)  # between events: --resume continues from here
+        except BaseException:
+            if feed is not None:
+                feed.close(None, None, "FAILED")
+            raise
         finally:
             if timer is not None:
                 timer.cancel()
@@ -560,7 +583,13 @@ def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every
     if sim.engine.streams is not None:
         summary.update(live_metrics(record.checkpoints, sim.engine.streams.cfg.shift_times_s(), sc.target_accuracy))
     if out is not None:  # a replayed run's metrics.csv is rewritten: the failed event may have added a row
-        write_results(out, config, record, summary, plot=plot, streamed=failure is None)
+        try:
+            write_results(out, config, record, summary, plot=plot, streamed=failure is None)
+        finally:
+            if feed is not None:
+                from .writers import status_of
+
+                feed.close(summary, out, status_of(summary))
     if failure is not None:
         failure.stopped_after, failure.snapshot = summary["aggregations"], stop_snapshot
         if stop_snapshot is None:  # the replay met the stop rule first (a target found late, eval_batch > 1)

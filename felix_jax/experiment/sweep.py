@@ -65,6 +65,7 @@ class SweepJob:
     scenario: Scenario
     out_dir: Path | None = None
     resume: bool = False  # continue from the snapshot in out_dir
+    writers: tuple = ()  # metric writers of this experiment (runner.run's ``writers``)
 
 
 class _Ticket:
@@ -343,7 +344,7 @@ def run_sweep(jobs: list[SweepJob], batch: int | None = None, *, plot: bool = Tr
                 try:
                     results[i] = run(job.scenario, job.out_dir, plot=plot, snapshot_every=snapshot_every,
                                      snapshot_minutes=snapshot_minutes, resume=job.resume,
-                                     wall_budget_s=wall_budget_s, batch=member)
+                                     wall_budget_s=wall_budget_s, batch=member, writers=job.writers)
                 except BaseException as exc:  # noqa: BLE001 - reported after the batch
                     errors[slot] = exc
                 finally:

@@ -156,6 +156,9 @@ class FleetSimulator:
         self.aggregation_times: list[float] = [0.0]
         self._accuracies: list[float] = []
         self._pending: list[_PendingCheckpoint] = []  # checkpoints not evaluated yet (eval_batch > 1)
+        # Accounting.mark() at the checkpoint being reported to on_checkpoint (metric writers read the bytes
+        # by kind and the updates aggregated since the previous one from it)
+        self.checkpoint_accounting: dict | None = None
         self._test_eval_calls = 0
         self._stop_reason: str | None = None
         self._time_to_target: float | None = None
@@ -689,6 +692,7 @@ class FleetSimulator:
             cp = Checkpoint(p.time_s, p.version, m.accuracy, m.loss, p.bytes_total, p.staleness_mean, p.interval_s)
             self.checkpoints.append(cp)
             self._accuracies.append(m.accuracy)
+            self.checkpoint_accounting = p.accounting
             if self.on_checkpoint:
                 self.on_checkpoint(cp)
             if self._time_to_target is None and self.stop.reached(self._accuracies):

@@ -1,0 +1,283 @@
+"""``felix-jax report DIR``: a comparison as one self-contained HTML page (``DIR/report.html``).
+
+The page needs nothing but itself (no script, no style sheet, no font or image from elsewhere:
+every figure is embedded as a PNG data URI), so it opens offline, attaches to a mail and can be
+checked in. It holds, from the comparison's files (``summary.csv``, ``table.txt``, the figures and
+each cell's ``config.json`` / ``summary.json``):
+
+* the warnings: a cell of fewer than 3 seeds (:func:`~.compare.few_seeds_warning`), the table's
+  own warning lines, cells that stopped other than at a cap or the target (stalled, diverged,
+  interrupted, out of wall budget), strategies no seed of which reached the target on a regime,
+  cells folders or figures that are missing;
+* the pooled table (``summary_pooled.csv``'s statistics: hours to target over the seeds that reached
+  it with the sample std and the 95% t interval, the paired verdict against the reference with its
+  interval, the reference's wins and each seed's ratio), then every run's row;
+* every comparison figure, and each cell's own figures (folded);
+* the scenario the cells share, the axes, and each strategy's resolved options (its config.json's
+  ``strategy`` and ``policies`` sections, and the scenario keys its cells set otherwise);
+* ``table.txt`` as written, with its footnotes on how each number is computed.
+
+``felix-jax compare`` writes it at the end; ``felix-jax report DIR`` writes it again.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import time
+from pathlib import Path
+
+from .compare import (FIGURES, FEW_SEEDS, _sig, few_seeds_warning, paired_text, per_seed_text, pool_cells,
+                      regime_label, rows_from_summary_csv)
+
+REPORT_FILE = "report.html"
+AXES = ("strategy", "availability", "seed")
+CAP_STOPS = ("target", "max_aggregations", "max_virtual_s")
+FIGURE_CAPTIONS = {
+    "accuracy.png": "Test accuracy against virtual hours per regime: the mean over seeds, the band from the lowest "
+                    "to the highest seed, the target dashed.",
+    "bytes.png": "GB moved per strategy (mean over seeds), training and eval stacked.",
+    "cdfs.png": "Staleness at aggregation, utility age at a train pick, and aggregation weight relative to the "
+                "strategy's mean weight: CDFs per regime.",
+    "time_to_target.png": "Virtual hours to the target seed by seed (filled: reached; open: the run's end), the "
+                          "geometric mean with its 95% t interval, and below each strategy's paired verdict against "
+                          "the reference.",
+}
+
+
+class ReportError(ValueError):
+    """The folder is not a comparison's (one line)."""
+
+
+def _e(value) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def _num(value, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, int) or float(value).is_integer() and abs(value) < 1e15:
+        return f"{int(value):,}"
+    return _sig(float(value), digits)
+
+
+def _img(path: Path, alt: str) -> str:
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return f'<img src="data:image/png;base64,{data}" alt="{_e(alt)}">'
+
+
+def _json_pre(value) -> str:
+    return f"<pre>{_e(json.dumps(value, indent=2, default=str))}</pre>"
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; margin: 1.5em auto;
+       max-width: 1400px; padding: 0 1em; color: #1d1d1f; }
+h1 { font-size: 1.5em; margin-bottom: 0.2em; } h2 { font-size: 1.2em; margin-top: 1.6em; border-bottom: 1px solid #ccc; }
+.meta { color: #555; font-size: 0.9em; }
+table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0; }
+th, td { border: 1px solid #d0d0d0; padding: 0.25em 0.5em; text-align: right; vertical-align: top; }
+th { background: #f2f2f2; } td.l, th.l { text-align: left; }
+tr.ref td { background: #f5f9ff; }
+.warnings { background: #fff6e0; border: 1px solid #e0b040; padding: 0.5em 1em; }
+.warnings li { margin: 0.2em 0; }
+.ok { background: #eef8ee; border: 1px solid #8c8; padding: 0.5em 1em; }
+figure { margin: 1em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { color: #444; font-size: 0.85em; }
+pre { background: #f7f7f7; padding: 0.6em; overflow-x: auto; font-size: 0.8em; }
+details { margin: 0.4em 0; } summary { cursor: pointer; }
+.cells img { max-width: 48%; margin-right: 1%; }
+"""
+
+
+def _warnings(folder: Path, rows: list[dict], pooled: list[dict], strategies, regimes, figures) -> list[str]:
+    found = []
+    few = few_seeds_warning(pooled)
+    if few:
+        found.append(few.removeprefix("warning: "))
+    table = folder / "table.txt"
+    if table.is_file():
+        for line in table.read_text().splitlines():
+            text = line.strip()
+            if text.lower().startswith("warning") and text.removeprefix("warning: ") not in found:
+                found.append(text.removeprefix("warning: "))
+    stopped = [r for r in rows if r.get("stop_reason") not in CAP_STOPS]
+    for r in stopped:
+        found.append(f"{r['strategy']} on {regime_label(r['availability'])}, seed {r['seed']}: stopped "
+                     f"{r.get('stop_reason') or '(no stop reason)'}, not at the target or a cap")
+    for p in pooled:
+        if p["n_reached"] == 0:
+            found.append(f"{p['strategy']} on {regime_label(p['availability'])}: no seed reached the target "
+                         f"(of {p['n_seeds']} run)")
+    missing = [r for r in rows if not Path(r["run_dir"]).is_dir()]
+    if missing:
+        found.append(f"{len(missing)} cell folder{'s are' if len(missing) > 1 else ' is'} missing under "
+                     f"{folder / 'runs'} (e.g. {Path(missing[0]['run_dir']).name}): their figures and settings "
+                     "are left out")
+    absent = [name for name in FIGURES if name not in figures and name != "time_to_target.png"]
+    if absent:
+        found.append(f"figure{'s' if len(absent) > 1 else ''} {', '.join(absent)} not found (felix-jax plot "
+                     f"{folder} draws them)")
+    return found
+
+
+def _pooled_table(pooled: list[dict], reference: str) -> str:
+    head = ("regime", "strategy", "n reached / seeds", "mean h", "std h", "95% CI h (log scale)",
+            f"paired x {reference} [95% CI]", f"{reference} wins", f"per-seed x {reference}", "GB (train + eval)",
+            "final accuracy (mean)", "aggregations (mean)")
+    out = ["<table id='pooled'><thead><tr>" + "".join(
+        f"<th class='l'>{_e(h)}</th>" if i < 2 else f"<th>{_e(h)}</th>" for i, h in enumerate(head))
+        + "</tr></thead><tbody>"]
+    for p in pooled:
+        ci = ("-" if p["hours_ci95_low"] is None else
+              f"[{_sig(p['hours_ci95_low'])}, {_sig(p['hours_ci95_high'])}]")
+        few = " (n &lt; 3)" if p["n_seeds"] < FEW_SEEDS else ""
+        cls = " class='ref'" if p["strategy"] == reference else ""
+        cells = [f"<td class='l'>{_e(regime_label(p['availability']))}</td>", f"<td class='l'>{_e(p['strategy'])}</td>",
+                 f"<td>{p['n_reached']}/{p['n_seeds']}{few}</td>", f"<td>{_num(p['hours_mean'])}</td>",
+                 f"<td>{_num(p['hours_std'])}</td>", f"<td>{_e(ci)}</td>",
+                 f"<td>{_e(paired_text(p) if p['strategy'] != reference else 'reference')}</td>",
+                 f"<td>{_e(p['ref_wins'] or '-')}</td>", f"<td>{_e(per_seed_text(p['versus_reference']))}</td>",
+                 f"<td>{_num(p['gb_total'])} ({_num(p['gb_train'])} + {_num(p['gb_eval'])})</td>",
+                 f"<td>{_num(p['final_accuracy'])}</td>", f"<td>{_num(p['aggregations'])}</td>"]
+        out.append(f"<tr{cls}>" + "".join(cells) + "</tr>")
+    out.append("</tbody></table>")
+    return "\n".join(out)
+
+
+def _runs_table(rows: list[dict]) -> str:
+    head = ("strategy", "regime", "seed", "hours to target", "final accuracy", "best accuracy", "aggregations",
+            "GB total", "staleness P50", "stop reason", "host s")
+    out = ["<table id='runs'><thead><tr>" + "".join(
+        f"<th class='l'>{_e(h)}</th>" if i < 2 or h == "stop reason" else f"<th>{_e(h)}</th>"
+        for i, h in enumerate(head)) + "</tr></thead><tbody>"]
+    for r in rows:
+        gb = None if r.get("bytes_total") is None else r["bytes_total"] / 1e9
+        out.append("<tr>" + "".join((
+            f"<td class='l'>{_e(r['strategy'])}</td>", f"<td class='l'>{_e(regime_label(r['availability']))}</td>",
+            f"<td>{_e(r['seed'])}</td>", f"<td>{_num(r.get('time_to_target_h'))}</td>",
+            f"<td>{_num(r.get('final_accuracy'))}</td>", f"<td>{_num(r.get('best_accuracy'))}</td>",
+            f"<td>{_num(r.get('aggregations'))}</td>", f"<td>{_num(gb)}</td>", f"<td>{_num(r.get('staleness_p50'))}</td>",
+            f"<td class='l'>{_e(r.get('stop_reason'))}</td>", f"<td>{_num(r.get('host_seconds'))}</td>")) + "</tr>")
+    out.append("</tbody></table>")
+    return "\n".join(out)
+
+
+def _settings(rows: list[dict], strategies: list[str]) -> str:
+    configs = {}
+    for r in rows:
+        config = _read_json(Path(r["run_dir"]) / "config.json")
+        if config:
+            configs.setdefault(r["strategy"], []).append(config)
+    if not configs:
+        return "<p>No cell's config.json could be read.</p>"
+    scenarios = [c.get("scenario", {}) for cs in configs.values() for c in cs]
+    keys = list(dict.fromkeys(k for sc in scenarios for k in sc))
+    shared = {k: scenarios[0].get(k) for k in keys if k not in AXES
+              and all(json.dumps(sc.get(k), sort_keys=True, default=str)
+                      == json.dumps(scenarios[0].get(k), sort_keys=True, default=str) for sc in scenarios)}
+    axes = {k: list(dict.fromkeys(json.dumps(sc.get(k), default=str) for sc in scenarios)) for k in AXES}
+    out = ["<h3>The scenario every cell shares</h3>", "<table id='scenario'><tbody>"]
+    for k, v in shared.items():
+        shown = v if isinstance(v, str) else json.dumps(v, default=str)
+        out.append(f"<tr><th class='l'>{_e(k)}</th><td class='l'>{_e(shown)}</td></tr>")
+    out.append("</tbody></table>")
+    out.append("<p>Axes of the comparison: " + "; ".join(
+        f"<b>{_e(k)}</b> " + ", ".join(_e(json.loads(v)) for v in vals) for k, vals in axes.items()) + "</p>")
+    out.append("<h3>Each strategy's resolved options</h3>")
+    for st in strategies:
+        if st not in configs:
+            continue
+        config = configs[st][0]
+        own = {k: v for k, v in config.get("scenario", {}).items() if k not in AXES and k not in shared}
+        out.append(f"<details open><summary><b>{_e(st)}</b></summary>")
+        if own:
+            out.append("<p>Scenario keys its cells set otherwise:</p>" + _json_pre(own))
+        out.append("<p>strategy</p>" + _json_pre(config.get("strategy", {})))
+        out.append("<p>policies (selector, eval selector, aggregator options as resolved)</p>"
+                   + _json_pre(config.get("policies", {})))
+        out.append("</details>")
+    return "\n".join(out)
+
+
+def _cell_figures(rows: list[dict]) -> str:
+    out = []
+    for r in rows:
+        run_dir = Path(r["run_dir"])
+        images = [n for n in ("accuracy.png", "participation.png") if (run_dir / n).is_file()]
+        if not images:
+            continue
+        label = f"{r['strategy']} | {regime_label(r['availability'])} | seed {r['seed']}"
+        out.append(f"<details><summary>{_e(label)}</summary><div class='cells'>"
+                   + "".join(_img(run_dir / n, f"{label}: {n}") for n in images) + "</div></details>")
+    return "\n".join(out) if out else "<p>No cell figures (the cells ran without plots).</p>"
+
+
+def render_report(folder: str | Path) -> str:
+    """The report's HTML for a comparison folder (see the module docstring)."""
+    folder = Path(folder)
+    if not ((folder / "summary.csv").is_file() and (folder / "runs").is_dir()):
+        raise ReportError(f"{folder} is not a compare folder (it needs summary.csv and runs/)")
+    rows = rows_from_summary_csv(folder)
+    if not rows:
+        raise ReportError(f"{folder}/summary.csv holds no runs")
+    strategies = list(dict.fromkeys(r["strategy"] for r in rows))
+    regimes = list(dict.fromkeys(r["availability"] for r in rows))
+    reference = "felix" if "felix" in strategies else strategies[0]
+    pooled = pool_cells(rows, strategies, regimes, reference)
+    figures = [n for n in FIGURES if (folder / n).is_file()]
+    figures += sorted(p.name for p in folder.glob("*.png") if p.name not in figures)
+    warnings = _warnings(folder, rows, pooled, strategies, regimes, figures)
+    seeds = sorted({r["seed"] for r in rows})
+    target = next((c.get("scenario", {}).get("target_accuracy") for c in
+                   (_read_json(Path(r["run_dir"]) / "config.json") for r in rows) if c), None)
+    scenario = rows[0].get("scenario") or ""
+    parts = ["<!DOCTYPE html>", "<html lang='en'><head><meta charset='utf-8'>",
+             f"<title>felix-jax comparison: {_e(folder.resolve().name)}</title>",
+             f"<style>{STYLE}</style></head><body>",
+             f"<h1>felix-jax comparison: {_e(folder.resolve().name)}</h1>",
+             f"<p class='meta'>scenario {_e(scenario)}; {len(strategies)} strateg{'ies' if len(strategies) > 1 else 'y'}"
+             f" x {len(regimes)} regime{'s' if len(regimes) > 1 else ''} x seeds {_e(', '.join(map(str, seeds)))} "
+             f"({len(rows)} runs); target accuracy {_e(target if target is not None else 'none')}; reference "
+             f"{_e(reference)}; written {_e(time.strftime('%Y-%m-%d %H:%M'))} from {_e(folder.resolve())}</p>"]
+    parts.append("<h2>Warnings</h2>")
+    if warnings:
+        parts.append("<ul class='warnings' id='warnings'>" + "".join(f"<li>{_e(w)}</li>" for w in warnings) + "</ul>")
+    else:
+        parts.append("<p class='ok' id='warnings'>None: every cell ran 3 seeds or more and stopped at the target or "
+                     "a cap.</p>")
+    parts += ["<h2>Time to target, pooled over seeds</h2>",
+              "<p>Hours are virtual, over the seeds that reached the target (n); the interval is the 95% Student t "
+              "interval on the log scale; the paired verdict is the geometric mean of the per-seed ratios to the "
+              f"reference ({_e(reference)}) with the t interval of their logs (&gt; 1: the reference is faster). "
+              "Statistics as in docs/results.md, \"Statistics over seeds\".</p>",
+              _pooled_table(pooled, reference), "<h2>Every run</h2>", _runs_table(rows), "<h2>Figures</h2>"]
+    for name in figures:
+        parts.append(f"<figure>{_img(folder / name, name)}<figcaption><b>{_e(name)}</b>: "
+                     f"{_e(FIGURE_CAPTIONS.get(name, ''))}</figcaption></figure>")
+    parts += ["<h2>Each run's figures</h2>", _cell_figures(rows), "<h2>Settings</h2>", _settings(rows, strategies)]
+    table = folder / "table.txt"
+    if table.is_file():
+        parts += ["<h2>table.txt</h2>", f"<pre id='table-txt'>{_e(table.read_text())}</pre>"]
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def write_report(folder: str | Path, out: str | Path | None = None) -> Path:
+    """Writes :func:`render_report` to ``out`` (default ``folder/report.html``, replaced atomically)."""
+    folder = Path(folder)
+    path = Path(out) if out is not None else folder / REPORT_FILE
+    text = render_report(folder)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    return path
