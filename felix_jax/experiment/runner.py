@@ -496,13 +496,13 @@ def _run(sc, out_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_
 
 def finished_stop_reason(out_dir: Path) -> str | None:
     """The stop reason of the finished run whose results ``out_dir`` holds (its ``summary.json``), None
-    when there is none or it stopped to be resumed (``interrupted``, ``wall_budget``)."""
+    when there is none or it stopped to be resumed (``interrupted``, ``wall_budget``, ``plugin_error``)."""
     try:
         summary = json.loads((out_dir / "summary.json").read_text())
     except (OSError, ValueError):
         return None
     reason = summary.get("stop_reason") if isinstance(summary, dict) else None
-    return reason if isinstance(reason, str) and reason not in ("interrupted", "wall_budget") else None
+    return reason if isinstance(reason, str) and reason not in ("interrupted", "wall_budget", PLUGIN_ERROR) else None
 
 
 def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_minutes, resume,
