@@ -45,7 +45,8 @@ def digits8_npz(path: str) -> str:
 
 
 def measure(num_clients: int, concurrency: int, aggregations: int, strategy: str, seed: int,
-            dataset: str = "digits") -> dict:
+            dataset: str = "digits", availability: str = "avail50", slot_s: float = 600.0,
+            trace_form: str = "auto", aggregation_goal: int | None = None, snapshot: bool = False) -> dict:
     """One population, in this process."""
     import jax
     import numpy as np
@@ -58,20 +59,39 @@ def measure(num_clients: int, concurrency: int, aggregations: int, strategy: str
         lambda name, secs, **kw: compiles.append(secs) if name == "/jax/core/compile/backend_compile_duration" else None)
     sc = Scenario(name="fleet-scale", dataset=dataset, model="mlp", partition="pool", num_clients=num_clients,
                   alpha=0.5, batch_size=4, learning_rate=0.1, local_mode="steps", local_steps=1,
-                  availability="avail50", strategy=strategy, concurrency=concurrency,
-                  aggregation_goal=max(1, concurrency // 10), target_accuracy=None, max_virtual_hours=24.0,
+                  availability=availability, slot_s=slot_s, trace_form=trace_form, strategy=strategy,
+                  concurrency=concurrency, aggregation_goal=aggregation_goal or max(1, concurrency // 10),
+                  target_accuracy=None, max_virtual_hours=24.0,
                   max_aggregations=aggregations, eval_every=max(1, aggregations // 4), seed=seed)
     t0 = time.perf_counter()
     sim = build_simulator(sc)
     build_s = time.perf_counter() - t0
+    build_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     compiles_build = len(compiles)
     rec = sim.run()
+    snap = {}
+    if snapshot:  # the run's end state written and read back into a fresh simulator
+        from felix_jax.fleet.snapshot import load_snapshot, save_snapshot
+
+        with tempfile.TemporaryDirectory() as d:
+            t1 = time.perf_counter()
+            folder = save_snapshot(sim, d)
+            snap["snapshot_write_s"] = time.perf_counter() - t1
+            snap["snapshot_mb"] = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 2 ** 20
+            other = build_simulator(sc)
+            t1 = time.perf_counter()
+            load_snapshot(other, d)
+            snap["snapshot_restore_s"] = time.perf_counter() - t1
+            snap["restored_equal"] = (other.now == sim.now and other.version == sim.version
+                                      and other.acct.dispatch_log == sim.acct.dispatch_log)
+            del other
     device_s = sum(r.seconds for r in sim.engine.records)
     sel = sim.acct.selection_seconds
     events = max(rec.events_processed, 1)
     return {
         "num_clients": num_clients, "concurrency": concurrency, "aggregation_goal": sc.aggregation_goal,
-        "strategy": strategy, "aggregations": len(rec.aggregation_times) - 1, "events": rec.events_processed,
+        "strategy": strategy, "availability": availability, "slot_s": slot_s, "trace_form": sim.trace.form,
+        "build_peak_rss_mb": build_rss_mb, **snap, "aggregations": len(rec.aggregation_times) - 1, "events": rec.events_processed,
         "virtual_s": rec.end_time_s, "build_s": build_s, "run_s": rec.host_seconds, "device_s": device_s,
         "compile_s_in_run": float(sum(compiles[compiles_build:])),
         "host_ms_per_event": 1000 * (rec.host_seconds - device_s) / events,
@@ -123,7 +143,13 @@ def main(argv=None) -> int:
     ap.add_argument("--populations", type=int, nargs="+", default=[1_000, 10_000, 100_000, 1_000_000])
     ap.add_argument("--concurrency", type=int, default=None, help="tasks in flight (default min(N/10, 10^4))")
     ap.add_argument("--aggregations", type=int, default=40)
-    ap.add_argument("--strategy", default="felix")
+    ap.add_argument("--strategy", nargs="+", default=["felix"], help="one or more strategies")
+    ap.add_argument("--availability", nargs="+", default=["avail50"],
+                    help="one or more regimes (avail50, mobiperf: the recorded trace reused cyclically, ...)")
+    ap.add_argument("--slot-s", type=float, nargs="+", default=[600.0], help="slot lengths of the slot regimes")
+    ap.add_argument("--trace-form", default="auto", choices=["auto", "table", "function"])
+    ap.add_argument("--aggregation-goal", type=int, default=None, help="K (default c / 10)")
+    ap.add_argument("--snapshot", action="store_true", help="also write the end state and restore it")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None, help="JSON file for the rows")
     ap.add_argument("--dataset", default=None, help="data set (default: the 8x8 digits, written to a temp .npz)")
@@ -137,25 +163,38 @@ def main(argv=None) -> int:
         return 0
     if args.one:
         n = args.populations[0]
-        print(json.dumps(measure(n, args.concurrency, args.aggregations, args.strategy, args.seed, args.dataset)))
+        print(json.dumps(measure(n, args.concurrency, args.aggregations, args.strategy[0], args.seed, args.dataset,
+                                 args.availability[0], args.slot_s[0], args.trace_form, args.aggregation_goal,
+                                 args.snapshot)))
         return 0
     tmp = tempfile.TemporaryDirectory()
     dataset = args.dataset or digits8_npz(os.path.join(tmp.name, "digits8.npz"))
     rows = []
-    for n in args.populations:
+    cells = [(n, strategy, regime, slot_s) for n in args.populations for strategy in args.strategy
+             for regime in args.availability for slot_s in (args.slot_s if regime.startswith("avail") else [600.0])]
+    for n, strategy, regime, slot_s in cells:
         c = args.concurrency or max(1, min(n // 10, 10_000))
         cmd = [sys.executable, os.path.abspath(__file__), "--one", "--populations", str(n), "--concurrency", str(c),
-               "--aggregations", str(args.aggregations), "--strategy", args.strategy, "--seed", str(args.seed), "--dataset", dataset]
+               "--aggregations", str(args.aggregations), "--strategy", strategy, "--seed", str(args.seed),
+               "--dataset", dataset, "--availability", regime, "--slot-s", str(slot_s),
+               "--trace-form", args.trace_form, *(["--snapshot"] if args.snapshot else []),
+               *(["--aggregation-goal", str(args.aggregation_goal)] if args.aggregation_goal else [])]
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode:
             sys.stderr.write(out.stderr)
             return out.returncode
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
         r = rows[-1]
-        print(f"N={n:>9,} c={c:>6,} events={r['events']:>7,} host ms/event={r['host_ms_per_event']:7.3f} "
-              f"selection ms={r['selection_ms_mean']:7.3f} build s={r['build_s']:6.1f} "
-              f"peak RSS MB={r['peak_rss_mb']:7.0f} compilations={r['compilations']} "
-              f"dispatches sha1={r['dispatch_sha1'][:12]}", flush=True)
+        snap = (f" snapshot {r['snapshot_mb']:.0f} MB write {r['snapshot_write_s']:.1f} s restore "
+                f"{r['snapshot_restore_s']:.1f} s equal={r['restored_equal']}" if args.snapshot else "")
+        print(f"N={n:>9,} {strategy} {regime}{f'@{slot_s:g}s' if regime.startswith('avail') else ''} "
+              f"({r['trace_form']}) c={c:>6,} K={r['aggregation_goal']} events={r['events']:>7,} "
+              f"host ms/event={r['host_ms_per_event']:7.3f} selection ms={r['selection_ms_mean']:7.3f} "
+              f"build s={r['build_s']:6.1f} peak RSS MB={r['peak_rss_mb']:7.0f} (build {r['build_peak_rss_mb']:.0f}) "
+              f"compilations={r['compilations']} dispatches sha1={r['dispatch_sha1'][:12]}{snap}", flush=True)
+        if args.out:  # after every cell: a long matrix keeps what finished
+            with open(args.out, "w") as f:
+                json.dump({"rows": rows, "fedscale_loads": [], "argv": sys.argv[1:]}, f, indent=2)
     loads = []
     for n in args.fedscale_clients:  # each load in its own process: its peak RSS is the loader's
         path = os.path.join(tmp.name, f"fedscale_{n}.pkl")

@@ -95,8 +95,85 @@ def _as_1d(name: str, value, dtype) -> np.ndarray:
     return arr.astype(dtype, copy=False)
 
 
+class TraceQueries:
+    """What every trace form answers the same way (the table, :class:`AvailabilityTrace`, and the
+    on-demand forms of :mod:`felix_jax.traces.on_demand`): argument checks and the queries built on
+    ``state_at`` / ``next_change_after``. A form provides ``num_clients``, ``state_at``,
+    ``next_change_after``, ``state_of`` and ``next_change_of``."""
+
+    num_clients: int
+
+    def _client_index(self, clients) -> np.ndarray:
+        if clients is None:
+            return np.arange(self.num_clients, dtype=np.int64)
+        c = np.asarray(clients)
+        if not np.issubdtype(c.dtype, np.integer):
+            raise ValueError(f"clients must be integer indices, got dtype {c.dtype}")
+        c = c.astype(np.int64, copy=False)
+        if c.size and (c.min() < 0 or c.max() >= self.num_clients):
+            raise ValueError(f"client indices must lie in [0, {self.num_clients})")
+        return c
+
+    def _query(self, t, clients) -> tuple[np.ndarray, np.ndarray]:
+        c = self._client_index(clients)
+        t = np.asarray(t, dtype=np.float64)
+        if np.any(np.isnan(t)) or np.any(t < 0):
+            raise ValueError("query times must be >= 0 and not NaN")
+        c, t = np.broadcast_arrays(c, t)
+        return c, t
+
+    def _check_client(self, client) -> int:
+        client = int(client)
+        if not 0 <= client < self.num_clients:
+            raise ValueError(f"client index must lie in [0, {self.num_clients}), got {client}")
+        return client
+
+    @staticmethod
+    def _check_time(t) -> np.float64:
+        t = np.float64(t)
+        if not t >= 0:  # NaN too
+            raise ValueError("query times must be >= 0 and not NaN")
+        return t
+
+    def changes_between(self, t0: float, t1: float, clients=None):
+        """All real changes with ``t0 < time <= t1``, sorted by (time, client).
+
+        Returns ``(client, time_s, state)`` arrays. Loops over change *rounds*
+        (at most the largest number of changes one client has in the window), each
+        round vectorized over clients. Useful to count TierTrack notifications.
+        """
+        c = self._client_index(clients).ravel()
+        t = np.full(c.shape, float(t0))
+        out_c, out_t, out_s = [], [], []
+        while c.size:
+            nt, ns = self.next_change_after(t, c)
+            m = nt <= t1
+            out_c.append(c[m])
+            out_t.append(nt[m])
+            out_s.append(ns[m])
+            c, t = c[m], nt[m]
+        cc = np.concatenate(out_c) if out_c else np.zeros(0, np.int64)
+        tt = np.concatenate(out_t) if out_t else np.zeros(0)
+        ss = np.concatenate(out_s) if out_s else np.zeros(0, np.int8)
+        order = np.lexsort((cc, tt))
+        return cc[order], tt[order], ss[order].astype(np.int8)
+
+    def fraction_in_state(self, tier: Tier | int, times, clients=None) -> np.ndarray:
+        """Fraction of clients in ``tier`` at each sample time: float64 (T,)."""
+        times = np.atleast_1d(np.asarray(times, dtype=np.float64))
+        c = self._client_index(clients)
+        if c.size == 0:
+            return np.full(times.shape, np.nan)
+        out = np.empty(times.shape[0])
+        step = max(1, _CHUNK_ELEMENTS // c.size)
+        for i in range(0, times.shape[0], step):  # loop over time chunks, not clients
+            block = self.state_at(times[i : i + step, None], c[None, :])
+            out[i : i + step] = np.mean(block == int(tier), axis=1)
+        return out
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
-class AvailabilityTrace:
+class AvailabilityTrace(TraceQueries):
     """Per-client sorted tier changes (CSR layout); immutable and validated.
 
     Attributes:
@@ -403,25 +480,6 @@ class AvailabilityTrace:
         return cls.from_rows(client, flat_t, flat_s, **kwargs)
 
     # ---------------------------------------------------------------- queries
-    def _client_index(self, clients) -> np.ndarray:
-        if clients is None:
-            return np.arange(self.num_clients, dtype=np.int64)
-        c = np.asarray(clients)
-        if not np.issubdtype(c.dtype, np.integer):
-            raise ValueError(f"clients must be integer indices, got dtype {c.dtype}")
-        c = c.astype(np.int64, copy=False)
-        if c.size and (c.min() < 0 or c.max() >= self.num_clients):
-            raise ValueError(f"client indices must lie in [0, {self.num_clients})")
-        return c
-
-    def _query(self, t, clients) -> tuple[np.ndarray, np.ndarray]:
-        c = self._client_index(clients)
-        t = np.asarray(t, dtype=np.float64)
-        if np.any(np.isnan(t)) or np.any(t < 0):
-            raise ValueError("query times must be >= 0 and not NaN")
-        c, t = np.broadcast_arrays(c, t)
-        return c, t
-
     def state_at(self, t, clients=None) -> np.ndarray:
         """Tier of each client at time ``t`` (int8, ``Tier`` codes).
 
@@ -483,23 +541,10 @@ class AvailabilityTrace:
     # One client at a time: the same answers as ``state_at`` / ``next_change_after`` (the same
     # float64 operations), without the cost of broadcasting arrays of one element. The simulator
     # asks these at every dispatch, so they are on the hot path.
-    def _check_client(self, client) -> int:
-        client = int(client)
-        if not 0 <= client < self.num_clients:
-            raise ValueError(f"client index must lie in [0, {self.num_clients}), got {client}")
-        return client
-
     def _rows_of(self, client: int, t: float) -> tuple[int, int, int]:
         """``(first, end, j)``: the (checked) client's compact rows and the first one with time > ``t``."""
         first, end = int(self._co[client]), int(self._co[client + 1])
         return first, end, first + int(np.searchsorted(self._ct[first:end], t, side="right"))
-
-    @staticmethod
-    def _check_time(t) -> np.float64:
-        t = np.float64(t)
-        if not t >= 0:  # NaN too
-            raise ValueError("query times must be >= 0 and not NaN")
-        return t
 
     def state_of(self, t: float, client: int) -> int:
         """``state_at(t, [client])[0]`` as an int."""
@@ -531,42 +576,6 @@ class AvailabilityTrace:
         if time <= t:
             time = np.nextafter(t, np.inf)
         return float(time), int(state)
-
-    def changes_between(self, t0: float, t1: float, clients=None):
-        """All real changes with ``t0 < time <= t1``, sorted by (time, client).
-
-        Returns ``(client, time_s, state)`` arrays. Loops over change *rounds*
-        (at most the largest number of changes one client has in the window), each
-        round vectorized over clients. Useful to count TierTrack notifications.
-        """
-        c = self._client_index(clients).ravel()
-        t = np.full(c.shape, float(t0))
-        out_c, out_t, out_s = [], [], []
-        while c.size:
-            nt, ns = self.next_change_after(t, c)
-            m = nt <= t1
-            out_c.append(c[m])
-            out_t.append(nt[m])
-            out_s.append(ns[m])
-            c, t = c[m], nt[m]
-        cc = np.concatenate(out_c) if out_c else np.zeros(0, np.int64)
-        tt = np.concatenate(out_t) if out_t else np.zeros(0)
-        ss = np.concatenate(out_s) if out_s else np.zeros(0, np.int8)
-        order = np.lexsort((cc, tt))
-        return cc[order], tt[order], ss[order].astype(np.int8)
-
-    def fraction_in_state(self, tier: Tier | int, times, clients=None) -> np.ndarray:
-        """Fraction of clients in ``tier`` at each sample time: float64 (T,)."""
-        times = np.atleast_1d(np.asarray(times, dtype=np.float64))
-        c = self._client_index(clients)
-        if c.size == 0:
-            return np.full(times.shape, np.nan)
-        out = np.empty(times.shape[0])
-        step = max(1, _CHUNK_ELEMENTS // c.size)
-        for i in range(0, times.shape[0], step):  # loop over time chunks, not clients
-            block = self.state_at(times[i : i + step, None], c[None, :])
-            out[i : i + step] = np.mean(block == int(tier), axis=1)
-        return out
 
     def intervals(self, client: int, tier: Tier | int) -> tuple[np.ndarray, np.ndarray]:
         """Maximal intervals ``[start, end)`` that ``client`` spends in ``tier``.
@@ -708,6 +717,17 @@ class AvailabilityTrace:
         if self.client_ids is None:
             return np.arange(self.num_clients, dtype=np.int64)
         return self.client_ids
+
+    form = "table"  # every client's rows held (the on-demand forms: felix_jax.traces.on_demand)
+
+    def digest_parts(self) -> tuple:
+        """What a snapshot's digest of this trace covers (its rows and ends)."""
+        return (self.num_clients, self.times, self.states, self.offsets, self.duration_s, self.beyond_end,
+                self.client_duration_s if self.client_duration_s is not None else None)
+
+    def materialized(self) -> "AvailabilityTrace":
+        """This trace as a table: itself."""
+        return self
 
     def __repr__(self) -> str:
         return (

@@ -31,10 +31,19 @@ from ..traces import (REFERENCE_TRACE_NAMES, AvailabilityTrace, DeviceProfile, a
                       load_device_profile,
                       load_fedscale_trace, load_interval_csv, load_interval_npz, load_reference_trace,
                       paper_halfnormal, reference_profile, slot_bernoulli)
+from ..traces.on_demand import CyclicTrace, SlotTrace
 
 
-def _cycle(trace: AvailabilityTrace, n: int, what: str = "the trace") -> AvailabilityTrace:
+TRACE_FORMS = ("auto", "table", "function")
+# form="auto": a trace held as a function where its table would pass this many change rows (~150 MB)
+TABLE_ROWS_LIMIT = 1 << 24
+
+
+def _cycle(trace: AvailabilityTrace, n: int, what: str = "the trace", form: str = "table"):
     reuse_notice(what, trace.num_clients, n)
+    if form == "function" or (form == "auto" and n > trace.num_clients
+                              and n * (trace.num_rows / trace.num_clients) > TABLE_ROWS_LIMIT):
+        return CyclicTrace(trace, n)  # the same answers as the copy below, without copying a row
     return trace.restrict(np.arange(n) % trace.num_clients)
 
 
@@ -56,22 +65,31 @@ MAX_GENERATED_SLOTS = 144 * 7  # slot traces longer than a week of 600 s slots r
 
 
 def _slots(p: float) -> Callable[..., AvailabilityTrace]:
-    def make(n: int, seed: int, slot_s: float = 600.0, horizon_s: float = 86400.0) -> AvailabilityTrace:
+    def make(n: int, seed: int, slot_s: float = 600.0, horizon_s: float = 86400.0, form: str = "table"):
         # Independent slots over the whole run (at least the paper's 144): only the very
         # first slot is forced available, not the first slot of every repeated day.
         needed = math.ceil(horizon_s / slot_s) if math.isfinite(horizon_s) else MAX_GENERATED_SLOTS
         slots = int(min(max(144, needed), MAX_GENERATED_SLOTS))
+        rows = n * (2 + (slots - 1) * 2 * p * (1 - p))  # expected: the first row, the changes, the end
+        if form == "function" or (form == "auto" and rows > TABLE_ROWS_LIMIT):
+            return SlotTrace(n, p, num_slots=slots, slot_s=slot_s, seed=seed, beyond_end="repeat")
         return slot_bernoulli(n, p, num_slots=slots, slot_s=slot_s, seed=seed, beyond_end="repeat")
 
     return make
 
 
+def _always(n: int, seed: int, slot_s: float = 600.0, horizon_s: float = 86400.0, form: str = "table"):
+    if form == "function" or (form == "auto" and n > TABLE_ROWS_LIMIT):
+        return CyclicTrace(always_available(1, 86400.0), n)
+    return always_available(n, 86400.0)
+
+
 AVAILABILITY: dict[str, Callable[..., AvailabilityTrace]] = {
-    "avail100": lambda n, seed, slot_s=600.0, horizon_s=86400.0: always_available(n, 86400.0),
+    "avail100": _always,
     "avail90": _slots(0.9),
     "avail50": _slots(0.5),
-    "mobiperf": lambda n, seed, slot_s=600.0, horizon_s=86400.0: _cycle(load_reference_trace("mobiperf_3st_50"), n,
-                                                                         "the mobiperf trace (ref:mobiperf_3st_50)"),
+    "mobiperf": lambda n, seed, slot_s=600.0, horizon_s=86400.0, form="table": _cycle(
+        load_reference_trace("mobiperf_3st_50"), n, "the mobiperf trace (ref:mobiperf_3st_50)", form),
 }
 
 
@@ -90,7 +108,7 @@ def is_file_name(name: str) -> bool:
 
 
 def make_trace(name: str, num_clients: int, seed: int, slot_s: float = 600.0,
-               horizon_s: float = 86400.0, start_s: float = 0.0, speedup: float = 1.0) -> AvailabilityTrace:
+               horizon_s: float = 86400.0, start_s: float = 0.0, speedup: float = 1.0, form: str = "table"):
     """The regime's trace; ``slot_s`` sets the slot length of the synthetic regimes (paper: 600 s)
     and ``horizon_s`` how long a run may last (synthetic slots are drawn independently up to it).
     ``start_s`` maps the run's time 0 to that time of the trace (:meth:`AvailabilityTrace.shifted`:
@@ -103,16 +121,24 @@ def make_trace(name: str, num_clients: int, seed: int, slot_s: float = 600.0,
     formats of :mod:`felix_jax.traces.loaders`), ``.json`` / ``.pkl`` (FedScale's client
     behaviour format, read without unpickling code). A trace with fewer clients than
     the scenario is reused cyclically, like the reference traces.
+
+    ``form`` (:data:`TRACE_FORMS`): ``"table"`` holds every client's change rows; ``"function"``
+    answers from what defines the trace (:mod:`felix_jax.traces.on_demand`: the slot regimes' random
+    stream, a reused trace's recorded clients; a trace file at its own size stays a table);
+    ``"auto"`` picks the function where the table would pass :data:`TABLE_ROWS_LIMIT` rows. Every
+    form gives the same answers.
     """
     if not (math.isfinite(speedup) and speedup > 0):
         raise ValueError(f"speedup must be a finite number > 0, got {speedup!r}")
-    return _load_trace(name, num_clients, seed, slot_s, horizon_s * speedup + start_s).shifted(start_s) \
+    if form not in TRACE_FORMS:
+        raise ValueError(f"trace form must be one of {TRACE_FORMS}, got {form!r}")
+    return _load_trace(name, num_clients, seed, slot_s, horizon_s * speedup + start_s, form).shifted(start_s) \
         .time_scaled(speedup)
 
 
-def _load_trace(name: str, num_clients: int, seed: int, slot_s: float, horizon_s: float) -> AvailabilityTrace:
+def _load_trace(name: str, num_clients: int, seed: int, slot_s: float, horizon_s: float, form: str):
     if name.startswith("ref:"):
-        return _cycle(load_reference_trace(name[4:]), num_clients, f"reference trace {name}")
+        return _cycle(load_reference_trace(name[4:]), num_clients, f"reference trace {name}", form)
     if is_file_name(name):
         suffix = Path(name).suffix.lower()
         if suffix not in TRACE_FILE_LOADERS:
@@ -121,12 +147,12 @@ def _load_trace(name: str, num_clients: int, seed: int, slot_s: float, horizon_s
         trace = TRACE_FILE_LOADERS[suffix](name)
         if trace.num_clients == 0:
             raise KeyError(f"availability file {name!r} holds no clients")
-        return _cycle(trace, num_clients, f"availability file {Path(name).name}")
+        return _cycle(trace, num_clients, f"availability file {Path(name).name}", form)
     try:
         make = AVAILABILITY[name]
     except KeyError:
         raise KeyError(unknown_regime(name)) from None
-    return make(num_clients, seed, slot_s, horizon_s)
+    return make(num_clients, seed, slot_s, horizon_s, form)
 
 
 def unknown_regime(name: str) -> str:

@@ -94,7 +94,8 @@ def build_simulator(sc: Scenario, on_checkpoint=None) -> FleetSimulator:
     engine = CohortEngine(model, data, train_cfg, eval_cfg, seed=sc.seed, plan=sc.plan, devices=sc.devices,
                           streams=streams, no_step=reference_zero_step(sc, reading.small_clients))
     trace = make_trace(sc.availability, sc.num_clients, int(seeds[1].generate_state(1)[0]), sc.slot_s,
-                       sc.max_virtual_hours * 3600, start_s=sc.trace_start_s, speedup=sc.trace_speedup)
+                       sc.max_virtual_hours * 3600, start_s=sc.trace_start_s, speedup=sc.trace_speedup,
+                       form=sc.trace_form)
     profile = make_profile(sc.device_profile, sc.num_clients, int(seeds[2].generate_state(1)[0]))
     fleet_cfg = fleet_config(sc, strategy)
     aggregator = make_aggregator(strategy.aggregator, resolved.aggregator)

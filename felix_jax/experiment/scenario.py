@@ -60,6 +60,10 @@ class Scenario:
     # the trace plays this many times faster from trace_start_s on: run time t reads it at
     # trace_start_s + trace_speedup * t (e.g. 3: a 6-day trace over 48 h, as the FeLiX code's speech runs)
     trace_speedup: float = 1.0
+    # how the trace is held: "table" (every client's change rows), "function" (computed where asked:
+    # slot regimes from their random stream, recorded traces reused cyclically from the recorded
+    # clients), or "auto" (a function where the table would pass 2^24 rows). The answers are the same.
+    trace_form: str = "auto"
     device_profile: str = "paper_halfnormal"
     strategy: str = "fedbuff"
     plugins: str = ""  # comma-separated .py files or modules that register policies (felix_jax.plugins)
@@ -287,6 +291,8 @@ FIELD_HELP: dict[str, str] = {
     "trace_start_s": "run time 0 reads the availability trace at this time (every source; repeat/hold kept)",
     "trace_speedup": "the availability trace plays this many times faster: run time t reads it at "
                      "trace_start_s + trace_speedup * t",
+    "trace_form": "how the trace is held: auto, table (every change row) or function (computed where asked); "
+                  "the same answers",
     "device_profile": "per-client delays and speeds: paper_halfnormal, reference, flash, or a profile file",
     "strategy": "strategy name (run --list: strategies): mode, knowledge, selector(s), aggregator",
     "plugins": "comma-separated .py files or modules that register policies, strategies or models",
@@ -408,6 +414,7 @@ _CHECKS: tuple[tuple[str, typing.Callable[[typing.Any], bool], str], ...] = (
     ("slot_s", lambda v: _positive(v) and math.isfinite(v), "a finite number of seconds > 0"),
     ("trace_start_s", lambda v: v >= 0 and math.isfinite(v), "a finite number of seconds >= 0"),
     ("trace_speedup", lambda v: _positive(v) and math.isfinite(v), "a finite number > 0"),
+    ("trace_form", lambda v: v in ("auto", "table", "function"), "auto, table or function"),
     ("concurrency", lambda v: v >= 1, ">= 1"),
     ("aggregation_goal", lambda v: v >= 1, ">= 1"),
     ("overcommit", lambda v: v >= 1 and math.isfinite(v), "a finite number >= 1"),

@@ -25,6 +25,7 @@ from ..policies.aggregators.deltas import update_norms
 from ..policies.selectors.base import SelectionContext, Selector
 from ..traces import AvailabilityTrace, DeviceProfile, Tier
 from ..traces.generators import always_available
+from ..traces.on_demand import CyclicTrace
 from .accounting import Accounting
 from .clientmap import ClientMap
 from .config import FleetConfig, StopRule
@@ -106,9 +107,12 @@ class FleetSimulator:
         self.test, self.cfg, self.stop = test, config, stop
         self.reading = config.reading
         # the FeLiX code's oracle runs (reading.oracle_clients): clients that never leave, while the
-        # oracle server still reads the run's trace (client_trace)
-        self._clients_always_on = (always_available(trace.num_clients) if config.knowledge is Knowledge.ORACLE
-                                   and self.reading.oracle_clients == "always_available" else None)
+        # oracle server still reads the run's trace (client_trace); one recorded client for a trace held
+        # as a function (the same answers as a row for every client)
+        self._clients_always_on = None
+        if config.knowledge is Knowledge.ORACLE and self.reading.oracle_clients == "always_available":
+            self._clients_always_on = (always_available(trace.num_clients) if trace.form == "table"
+                                       else CyclicTrace(always_available(1), trace.num_clients))
         self.selector, self.aggregator, self.mode = selector, aggregator, mode
         self.eval_selector, self.eval_budget = eval_selector, eval_budget
         self.on_checkpoint = on_checkpoint

@@ -293,8 +293,7 @@ def fingerprint(sim: "FleetSimulator") -> dict[str, str]:
         "local training": _digest(eng.train_cfg, eng.eval_cfg),
         "seed": _digest(sim.seed, np.asarray(jax.random.key_data(eng.base_key))),
         "data": _digest(np.asarray(eng.counts), tuple(sim.test.y.shape)),
-        "trace": _digest(tr.num_clients, tr.times, tr.states, tr.offsets, tr.duration_s, tr.beyond_end,
-                         tr.client_duration_s if tr.client_duration_s is not None else None),
+        "trace": _digest(*tr.digest_parts()),
         "device profile": _digest(pr.train_delay_s, pr.compute_speed, pr.down_kbps, pr.up_kbps,
                                   pr.nominal_ms_per_sample, pr.eval_cost_fraction, pr.eval_upload_bytes),
     }
