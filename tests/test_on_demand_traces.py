@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from felix_jax.experiment.registry import TABLE_ROWS_LIMIT, make_trace
 from felix_jax.traces import always_available, pcg64, slot_bernoulli
 from felix_jax.traces.availability import ChangeCursor
-from felix_jax.traces.on_demand import CyclicTrace, SlotTrace
+from felix_jax.traces.on_demand import CyclicTrace, SlotCursor, SlotTrace
 from tests.test_scale import traces as table_traces
 
 
@@ -33,6 +33,19 @@ def test_random_access_draws_equal_numpy(seed):
         (a_hi, c_hi), (a_lo, c_lo) = pcg64.split([*pcg64.jump(k + 1, inc)])
         hi, lo = pcg64.affine(a_hi, a_lo, c_hi, c_lo, base_hi, base_lo)
         np.testing.assert_array_equal(pcg64.uniform(hi, lo), ref[:, k])
+
+
+@pytest.mark.parametrize("p", [0.0, 1e-300, 0.1, 0.5, 1 / 3, 0.9, 1 - 2 ** -53, 1.0])
+def test_integer_threshold_is_the_float_comparison(p):
+    rng = np.random.default_rng(5)
+    hi, lo = rng.integers(0, 2 ** 64, (2, 200_000), dtype=np.uint64)
+    # and states at the threshold: with the top 6 bits of hi zero there is no rotation, so the
+    # output word is hi ^ lo, and hi = 0, lo = m << 11 draws exactly m * 2**-53 (m = T - 1, T, T + 1)
+    t = int(pcg64.threshold(p))
+    edge = np.array([m << 11 for m in (t - 1, t, t + 1) if 0 <= m < 2 ** 53], dtype=np.uint64)
+    hi, lo = np.concatenate([hi, np.zeros(edge.size, np.uint64)]), np.concatenate([lo, edge])
+    np.testing.assert_array_equal(pcg64.below(hi, lo, pcg64.threshold(p)), pcg64.uniform(hi, lo) < p)
+    assert t == min(int(np.ceil(p * 2 ** 53)), 2 ** 53)
 
 
 def test_jump_composes_like_steps():
@@ -120,6 +133,40 @@ def test_cursor_walks_the_same_changes():
         np.testing.assert_array_equal(b.advance(t), a.advance(t))
         assert b.peek_time() == a.peek_time()
     assert a.consumed == b.consumed > 10_000
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(1, 60), slots=st.integers(1, 30), slot_s=st.sampled_from([30.0, 600.0, 0.7]),
+       p=st.sampled_from([0.0, 0.5, 0.9, 1.0]), beyond=st.sampled_from(["hold", "repeat"]), first=st.booleans(),
+       seed=st.integers(0, 2 ** 32 - 1), chain=transforms, walk_seed=st.integers(0, 1000))
+def test_slot_cursor_walks_the_generic_cursors_changes(n, slots, slot_s, p, beyond, first, seed, chain, walk_seed):
+    """A slot trace's own cursor (slot by slot, from whole-slot columns) against the generic cursor's
+    per-client chains on the table: the same clients in the same order, peeks and counts."""
+    table = slot_bernoulli(n, p, num_slots=slots, slot_s=slot_s, seed=seed, beyond_end=beyond, first_slot_available=first)
+    fn = SlotTrace(n, p, slots, slot_s, seed, beyond_end=beyond, first_slot_available=first)
+    for kind, value in chain:
+        table = table.shifted(value) if kind == "shift" else table.time_scaled(value)
+        fn = fn.shifted(value) if kind == "shift" else fn.time_scaled(value)
+    rng = np.random.default_rng(walk_seed)
+    span = max(fn.duration_s, 1e-3) * (3 if beyond == "repeat" else 1.2)
+    t0 = float(rng.random() * span / 4)
+    a, b = ChangeCursor(table, t0), fn.change_cursor(t0)
+    ct = table._ct[table._ct > t0]
+    stops = np.concatenate([t0 + rng.random(12) * span, ct[:8], np.nextafter(ct[:8], -np.inf)])
+    for t in np.sort(stops):
+        np.testing.assert_array_equal(b.advance(t), a.advance(t))
+        assert b.peek_time() == a.peek_time()
+    assert b.consumed == a.consumed
+
+
+def test_slot_cursor_is_the_registry_traces_cursor():
+    # the run's slot regimes (repeat, 600 s and 30 s slots, offsets of whole and half seconds) get the
+    # slot-by-slot cursor; slot times off the exact grid fall back to the generic one
+    for trace in (make_trace("avail50", 300, 0, 600.0, 3600.0, form="function"),
+                  make_trace("avail90", 300, 0, 30.0, 3600.0, form="function").shifted(1234.5)):
+        assert isinstance(trace.change_cursor(0.0), SlotCursor)
+    off_grid = SlotTrace(10, 0.5, 20, 30.0, 0, beyond_end="repeat").time_scaled(7.3)
+    assert type(off_grid.change_cursor(0.0)) is ChangeCursor
 
 
 def test_memory_is_per_client_stream_positions_only():

@@ -318,6 +318,39 @@ def test_in_flight_count_equals_the_tasks_in_flight(knowledge, interruption, fre
     assert sim.in_flight_count("train") == len(sim.in_flight("train"))
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_block_counts_follow_every_write_and_find_the_ranked_ids(seed):
+    """The view's per-block counts of its trainable / evaluable / once-per-round masks stay equal to
+    their recomputation over random writes across many blocks, and the ids at random ranks found from
+    them are the walk's (and ``flatnonzero``'s)."""
+    from felix_jax.fleet.clientmap import BLOCK_ROWS, block_counts
+    from felix_jax.policies.selectors.oort import _ids_at_ranks, _ids_at_ranks_counted
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(BLOCK_ROWS, 6 * BLOCK_ROWS))
+    view = ClientMap.create(np.ones(n, np.int64))
+    view.set_tier(slice(None), rng.integers(0, 3, n))
+    view.trainable(0, True)  # the once-per-round set exists from here on
+    for step in range(30):
+        many = rng.random(n) < rng.uniform(0, 0.3)  # a slot boundary's worth, or a few clients
+        clients = np.flatnonzero(many) if step % 3 == 0 else rng.choice(n, int(rng.integers(1, 40)), replace=False)
+        view.set_tier(clients, rng.integers(0, 3, clients.size))
+        for c in rng.choice(n, 5, replace=False).tolist():
+            view.set_busy(c, bool(rng.random() < 0.5))
+            view.mark_selected(c, 0)
+        view.check_index(0)
+    for mask in (view.trainable(0, False), view.evaluable(), view.trainable(0, True)):
+        counts, rows = view.block_counts(mask)
+        assert rows == BLOCK_ROWS
+        np.testing.assert_array_equal(counts, block_counts(np.asarray(mask)))
+        ids = np.flatnonzero(mask)
+        ranks = rng.choice(ids.size, min(64, ids.size), replace=False)
+        found = _ids_at_ranks_counted(lambda a, b: mask[a:b], counts, rows, ranks)
+        np.testing.assert_array_equal(found, ids[ranks])
+        np.testing.assert_array_equal(found, _ids_at_ranks(lambda a, b: mask[a:b], ranks))
+    assert view.block_counts(np.asarray(view.evaluable()).copy()) is None  # not a mask the view keeps
+
+
 @pytest.mark.parametrize("seed", range(10))
 def test_oort_exploration_by_rank_draws_what_choice_over_the_ids_draws(seed):
     from felix_jax.policies.selectors.oort import _ids_at_ranks

@@ -135,6 +135,11 @@ class TraceQueries:
             raise ValueError("query times must be >= 0 and not NaN")
         return t
 
+    def change_cursor(self, t0: float = 0.0) -> "ChangeCursor":
+        """A cursor over this trace's changes in time order from ``t0`` (forms may give a faster one
+        with the same answers)."""
+        return ChangeCursor(self, t0)
+
     def changes_between(self, t0: float, t1: float, clients=None):
         """All real changes with ``t0 < time <= t1``, sorted by (time, client).
 

@@ -30,10 +30,12 @@ from collections import OrderedDict
 import numpy as np
 
 from . import pcg64
-from .availability import AvailabilityTrace, BeyondEnd, Tier, TraceQueries
+from .availability import AvailabilityTrace, BeyondEnd, ChangeCursor, Tier, TraceQueries
 
 _TRAIN, _OFF = np.int8(int(Tier.AVL_TRAIN)), np.int8(int(Tier.UN_AVL))
 _CACHED_CLIENTS = 8192  # clients whose slot states a SlotTrace keeps for the one-client queries
+_CHUNK = 1 << 16  # clients per block of a whole-slot column's draws (the temporaries stay in cache)
+_COLUMN_BYTES = 1 << 27  # whole-slot columns kept (int8, one byte a client): at least two
 
 
 class _SlotTimes:
@@ -135,13 +137,77 @@ class SlotTrace(TraceQueries):
                                           pcg64.split([a for a, _ in jumps] + [c for _, c in jumps]))
             _stream = (state, inc, base_hi, base_lo, a_hi, a_lo, c_hi, c_lo)
         self._stream = _stream
+        self._threshold = pcg64.threshold(self.p)
         self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._columns: OrderedDict[int, np.ndarray] = OrderedDict()  # slot -> every client's state
 
     # ------------------------------------------------------------ the draws
-    def _slot_states(self, c: np.ndarray, k: np.ndarray) -> np.ndarray:
-        """int8 tier of client ``c`` in slot ``k`` (elementwise)."""
+    def _draw(self, c: np.ndarray, k) -> np.ndarray:
+        """int8 tier of client ``c`` in drawn slot ``k`` (``0 <= k < num_slots``; ``k`` an array or one int)."""
         _, _, base_hi, base_lo, a_hi, a_lo, c_hi, c_lo = self._stream
+        hi, lo = pcg64.affine(a_hi[k], a_lo[k], c_hi[k], c_lo[k], base_hi[c], base_lo[c])  # one slot: scalars
+        return np.where(pcg64.below(hi, lo, self._threshold), _TRAIN, _OFF)
+
+    def _column(self, k: int) -> np.ndarray:
+        """Every client's int8 tier in slot ``k``, drawn in cache-sized chunks; the latest few are
+        kept (a slot boundary's queries, from the view's refresh and the change cursor, hit one)."""
+        col = self._columns.get(k)
+        if col is not None:
+            self._columns.move_to_end(k)
+            return col
+        n = self.num_clients
+        const = self._constant_slot(k)
+        if const is not None:
+            col = np.full(n, const, dtype=np.int8)
+        else:
+            col = np.empty(n, dtype=np.int8)
+            for start in range(0, n, _CHUNK):
+                col[start:start + _CHUNK] = self._draw(np.arange(start, min(start + _CHUNK, n)), k)
+        self._columns[k] = col
+        if len(self._columns) > max(2, _COLUMN_BYTES // max(n, 1)):
+            self._columns.popitem(last=False)
+        return col
+
+    def _constant_slot(self, k: int) -> int | None:
+        """The state every client has in slot ``k`` when no draw can differ (else ``None``)."""
+        if k >= self.num_slots:
+            return self.end_state
+        if k == 0 and self.first_slot_available:
+            return int(_TRAIN)
+        if self.p >= 1.0 or self.p <= 0.0:  # every draw is below 1, none below 0
+            return int(_TRAIN if self.p >= 1.0 else _OFF)
+        return None
+
+    def _slot_changes(self, k_before: int, k: int) -> np.ndarray:
+        """Clients (ascending) whose state in slot ``k`` differs from their state in slot ``k_before``."""
+        a, b = self._constant_slot(k_before), self._constant_slot(k)
+        if a is not None and b is not None:
+            return np.arange(self.num_clients, dtype=np.int64) if a != b else np.zeros(0, np.int64)
+        return np.flatnonzero(self._column(k_before) != self._column(k))
+
+    def change_cursor(self, t0: float = 0.0):
+        """A cursor over this trace's changes from ``t0`` (:class:`~felix_jax.traces.availability.ChangeCursor`'s
+        interface): slot by slot from whole-slot columns where the slot times allow it (:class:`SlotCursor`),
+        else the generic one."""
+        if SlotCursor.exact(self._times):
+            return SlotCursor(self, t0)
+        return ChangeCursor(self, t0)
+
+    def _slot_states(self, c: np.ndarray, k: np.ndarray) -> np.ndarray:
+        """int8 tier of client ``c`` in slot ``k`` (elementwise). Many clients in one slot (a slot
+        boundary) read that slot's column; otherwise each draw is computed where it is asked."""
         c, k = np.broadcast_arrays(np.asarray(c, np.int64), np.asarray(k, np.int64))
+        if c.size == 0:
+            return np.empty(c.shape, dtype=np.int8)
+        k_lo, k_hi = int(k.min()), int(k.max())
+        if k_lo == k_hi:  # one slot
+            if c.size * 4 >= self.num_clients or k_lo in self._columns:
+                return self._column(k_lo)[c]
+            if k_lo >= self.num_slots:
+                return np.full(c.shape, self.end_state, dtype=np.int8)
+            if k_lo == 0 and self.first_slot_available:
+                return np.full(c.shape, _TRAIN, dtype=np.int8)
+            return self._draw(c, k_lo)
         out = np.empty(c.shape, dtype=np.int8)
         drawn = k < self.num_slots
         if self.first_slot_available:
@@ -149,14 +215,8 @@ class SlotTrace(TraceQueries):
             out[k == 0] = _TRAIN
         out[k >= self.num_slots] = self.end_state
         if drawn.all():
-            cc, kk = c, k
-        else:
-            cc, kk = c[drawn], k[drawn]
-        hi, lo = pcg64.affine(a_hi[kk], a_lo[kk], c_hi[kk], c_lo[kk], base_hi[cc], base_lo[cc])
-        avail = np.where(pcg64.uniform(hi, lo) < self.p, _TRAIN, _OFF)
-        if drawn.all():
-            return avail.astype(np.int8, copy=False)
-        out[drawn] = avail
+            return self._draw(c, k)
+        out[drawn] = self._draw(c[drawn], k[drawn])
         return out
 
     def _position_states(self, c: np.ndarray, j: np.ndarray) -> np.ndarray:
@@ -341,12 +401,114 @@ class SlotTrace(TraceQueries):
 
     @property
     def nbytes(self) -> int:
-        """Bytes held: the stream positions, the draw tables and the slot times."""
-        return sum(a.nbytes for a in self._stream[2:]) + self._times.times.nbytes + self._times.slots.nbytes
+        """Bytes held: the stream positions, the draw tables, the slot times and the cached columns."""
+        return (sum(a.nbytes for a in self._stream[2:]) + self._times.times.nbytes + self._times.slots.nbytes
+                + sum(col.nbytes for col in self._columns.values()))
 
     def __repr__(self) -> str:
         return (f"SlotTrace(num_clients={self.num_clients}, p={self.p}, num_slots={self.num_slots}, "
                 f"slot_s={self.slot_s}, beyond_end={self.beyond_end!r}, transforms={list(self._transforms)})")
+
+
+class SlotCursor:
+    """:class:`~felix_jax.traces.availability.ChangeCursor` for a :class:`SlotTrace`, slot by slot.
+
+    Every change of a slot trace happens at a slot time, the same for every client: the clients that
+    change at position ``g`` (position ``j = g mod P`` of period ``g // P`` under repeat, ``P`` the
+    positions a period holds) are those whose state there differs from the position before, one
+    comparison of two whole-slot columns. So a slot boundary that flips millions of clients costs one
+    column's draws and one pass, with no per-client next-change array (the generic cursor's O(N)
+    array and its per-client chains of ``next_change_after``).
+
+    The same changes, in the same order (time, then client), and the same ``consumed`` count as the
+    generic cursor: a client's chain of ``next_change_after`` steps visits exactly the positions where
+    its state differs from the one before, provided each change time ``k * period + times[j]`` maps
+    back to position ``(k, j)``. That holds under hold (the times are used as they are), and under
+    repeat when every slot time and the period are multiples of 2**-20 s below 2**32 s, where the sums
+    and ``divmod`` are exact (:meth:`exact`); elsewhere (e.g. a speed-up of 3) the trace uses the
+    generic cursor.
+    """
+
+    _GRID = 2.0 ** 20
+    _LIMIT = 2.0 ** 32
+
+    @classmethod
+    def exact(cls, times: _SlotTimes) -> bool:
+        if times.period is None:
+            return True
+        grid = np.concatenate([times.times, [times.period]]) * cls._GRID
+        return bool(np.all(grid == np.floor(grid)) and times.period < cls._LIMIT)
+
+    def __init__(self, trace: SlotTrace, t0: float = 0.0):
+        self.trace = trace
+        self.time = float(t0)
+        self.consumed = 0
+        self._st = trace._times
+        self._n_pos = int(self._st.slots.shape[0])
+        self._g = self._position(self.time)  # the position in force at the cursor
+        self._found: tuple[int, np.ndarray] | None = None  # the next position with changes, once peeked
+        self._never = False  # no change after the cursor, ever
+
+    def _position(self, t: float) -> int:
+        st = self._st
+        if st.period is None:
+            return int(st.active(np.float64(t)))
+        if t >= self._LIMIT:
+            raise ValueError(f"a slot cursor runs to {self._LIMIT:.0f} s, asked for {t} s")
+        k, local = np.divmod(np.float64(t), np.float64(st.period))
+        return int(k) * self._n_pos + int(st.active(local))
+
+    def _time(self, g: int) -> float:
+        st = self._st
+        if st.period is None:
+            return float(st.times[g])
+        k, j = divmod(g, self._n_pos)
+        return float(k * np.float64(st.period) + st.times[j])
+
+    def _changes(self, g: int) -> np.ndarray:
+        slots, n = self._st.slots, self._n_pos
+        return self.trace._slot_changes(int(slots[(g - 1) % n]), int(slots[g % n]))
+
+    def _next(self) -> tuple[int, np.ndarray] | None:
+        """The first position after the cursor's with a change (``None``: no change ever again)."""
+        if self._found is not None or self._never:
+            return self._found
+        g = self._g + 1
+        last = self._n_pos - 1 if self._st.period is None else self._g + self._n_pos  # a period without one: never
+        while g <= last:
+            ch = self._changes(g)
+            if ch.size:
+                self._found = (g, ch)
+                return self._found
+            g += 1
+        self._never = True  # past the end (hold), or a whole period without a change (repeat)
+        return None
+
+    def advance(self, t: float) -> np.ndarray:
+        """Clients of the changes in ``(time, t]`` (int64, in time order); the cursor moves to ``t``."""
+        t = float(t)
+        if not t > self.time:
+            return np.zeros(0, np.int64)
+        target = self._position(t)
+        parts = []
+        while True:
+            nxt = self._next()
+            if nxt is None or nxt[0] > target:
+                break
+            g, ch = nxt
+            parts.append(ch)
+            self.consumed += int(ch.size)
+            self._g, self._found = g, None
+        self._g = max(self._g, target)
+        self.time = t
+        if not parts:
+            return np.zeros(0, np.int64)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def peek_time(self) -> float:
+        """Time of the next change after the cursor (``inf`` if none ever comes)."""
+        nxt = self._next()
+        return math.inf if nxt is None else self._time(nxt[0])
 
 
 class CyclicTrace(TraceQueries):

@@ -86,6 +86,26 @@ def uniform(s_hi: np.ndarray, s_lo: np.ndarray) -> np.ndarray:
     return (word >> _U11).astype(np.float64) * _TWO_M53
 
 
+def threshold(p: float) -> np.uint64:
+    """The integer ``T`` with ``uniform(s) < p`` exactly when the draw's top 53 bits are below ``T``.
+
+    ``uniform`` is ``m * 2**-53`` for the integer ``m`` of the top 53 bits, exact in float64, and
+    ``p * 2**53`` is exact too (a power-of-two scaling), so ``m * 2**-53 < p`` iff ``m < ceil(p * 2**53)``.
+    """
+    import math
+
+    return np.uint64(min(math.ceil(float(p) * 9007199254740992.0), 1 << 53))
+
+
+def below(s_hi: np.ndarray, s_lo: np.ndarray, t: np.uint64) -> np.ndarray:
+    """``uniform(s_hi, s_lo) < p`` for ``t = threshold(p)``, in integers (no float conversion)."""
+    with np.errstate(over="ignore"):
+        x = s_hi ^ s_lo
+        rot = s_hi >> _U58
+        word = (x >> rot) | (x << ((_U64 - rot) & _U63))
+    return (word >> _U11) < t
+
+
 def strided_states(seed_and_inc: tuple[int, int], count: int, stride: int) -> tuple[np.ndarray, np.ndarray]:
     """The states after ``0, stride, 2 * stride, ...`` steps (``count`` of them) as (high, low) uint64 arrays.
 

@@ -366,14 +366,19 @@ def pool_partition(labels: np.ndarray, sizes: np.ndarray, alpha: float, seed: Se
         m = s.size
         cum = np.cumsum(rng.dirichlet(np.full(classes.size, float(alpha)), size=m), axis=1)
         cum /= cum[:, -1:]
-        owner = np.repeat(np.arange(m), s)  # chunk-local client of each draw
+        owner = np.repeat(np.arange(m, dtype=np.int64), s)  # chunk-local client of each draw (ascending)
         u = rng.random(owner.size)
-        cls = np.minimum((u[:, None] >= cum[owner]).sum(axis=1), classes.size - 1)
+        cls = np.zeros(owner.size, np.int64)
+        for j in range(classes.size):  # the class: how many of the client's cumulative shares are <= u
+            cls += u >= cum[:, j][owner]
+        np.minimum(cls, classes.size - 1, out=cls)
         pick = np.minimum((rng.random(owner.size) * class_count[cls]).astype(np.int64), class_count[cls] - 1)
         idx = by_class[class_start[cls] + pick]
-        order = np.lexsort((idx, owner))  # rows ascending, as every partition lists them
+        # each row ascending, as every partition lists them: one sort of (client, index) keys
+        key = owner * labels.size + idx
+        key.sort()
         first = np.concatenate([[0], np.cumsum(s)[:-1]])
         rank = np.arange(owner.size) - np.repeat(first, s)
-        table[lo + owner, rank] = idx[order]
+        table[lo + owner, rank] = (key - owner * labels.size).astype(np.int32)
     return Partition(table, sizes.astype(np.int32), int(labels.size),
                      f"pool(alpha={alpha}, seed={seed})")

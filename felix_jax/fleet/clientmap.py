@@ -120,6 +120,21 @@ class ClientMap:
     def num_evaluable(self) -> int:
         return self._index().n_eval
 
+    def block_counts(self, mask: np.ndarray) -> tuple[np.ndarray, int] | None:
+        """``(counts, rows)``: how many rows of each block of ``rows`` clients are set in ``mask``, when ``mask`` is
+        one this map maintains (``trainable`` / ``evaluable``'s result; kept current by its writes,
+        read-only), else ``None``: a selector finds the ``r``-th eligible client by a search over
+        these counts and one block's rows, not a pass over all N."""
+        index = self._index()
+        base = getattr(mask, "base", None)
+        if base is None:
+            return None
+        for rows, blocks in ((index.train_ok, index.train_blocks), (index.eval_ok, index.eval_blocks),
+                             (index.once_ok, index.once_blocks)):
+            if base is rows:
+                return index.readonly(blocks), BLOCK_ROWS
+        return None
+
     def explored_ids(self) -> np.ndarray:
         """Clients with a measured utility (``utility_round >= 0``), ascending."""
         return self._index().explored.ids()
@@ -157,9 +172,13 @@ class ClientMap:
                 raise AssertionError(f"ClientMap: maintained {name} differs from the arrays")
         if (index.n_train, index.n_eval) != (fresh.n_train, fresh.n_eval):
             raise AssertionError("ClientMap: maintained counts differ from the arrays")
+        for name in ("train_blocks", "eval_blocks"):
+            if not np.array_equal(getattr(fresh, name), getattr(index, name)):
+                raise AssertionError(f"ClientMap: maintained {name} differ from the arrays")
         once = self.trainable(current_round, True)
         if not np.array_equal(once, fresh.train_ok & (self.last_selected_round != current_round)) or \
-                index.n_once != int(np.count_nonzero(once)):
+                index.n_once != int(np.count_nonzero(once)) or \
+                not np.array_equal(index.once_blocks, block_counts(np.asarray(once))):
             raise AssertionError("ClientMap: maintained once-per-round set differs from the arrays")
         for name in ("explored", "trained"):
             if not np.array_equal(getattr(index, name).ids(), getattr(fresh, name).ids()):
@@ -231,6 +250,31 @@ class _SortedValues:
         return _Index.readonly(self._buf[:self._n])
 
 
+BLOCK_ROWS = 1 << 12  # clients per block of the maintained masks' block counts
+
+
+def block_counts(mask: np.ndarray) -> np.ndarray:
+    """int64 counts of set rows in each block of ``BLOCK_ROWS`` consecutive rows of ``mask``."""
+    full = mask.size - mask.size % BLOCK_ROWS
+    counts = mask[:full].reshape(-1, BLOCK_ROWS).sum(axis=1, dtype=np.int64)
+    if full < mask.size:
+        counts = np.append(counts, np.int64(np.count_nonzero(mask[full:])))
+    return counts
+
+
+def _move_counts(counts: np.ndarray, rows: np.ndarray, before: np.ndarray, after: np.ndarray) -> None:
+    """Keeps ``counts`` (``block_counts`` of a mask) current when ``mask[rows]`` goes from ``before`` to ``after``."""
+    moved = before != after
+    if not moved.any():
+        return
+    r = rows[moved]
+    delta = np.where(after[moved], 1, -1)
+    if r.size <= 64:
+        np.add.at(counts, r // BLOCK_ROWS, delta)
+    else:
+        counts += np.bincount(r // BLOCK_ROWS, weights=delta, minlength=counts.size).astype(np.int64)
+
+
 class _Index:
     """What the selectors ask of the view at every event, kept current by ClientMap's writes:
     the trainable / evaluable masks and counts, the once-per-round mask of the current round,
@@ -242,8 +286,10 @@ class _Index:
         self.eval_ok = (view.tier >= Tier.AVL_EVAL) & ~view.busy  # AVL_EVAL (1) or AVL_TRAIN (2)
         self.n_train = int(np.count_nonzero(self.train_ok))
         self.n_eval = int(np.count_nonzero(self.eval_ok))
+        self.train_blocks, self.eval_blocks = block_counts(self.train_ok), block_counts(self.eval_ok)
         self.once_round: int | None = None  # the round once_ok is for
         self.once_ok: np.ndarray | None = None
+        self.once_blocks: np.ndarray | None = None
         self.n_once = 0
         self.explored = _SortedIds(view.utility_round >= 0)
         self.trained = _SortedIds(view.times_trained > 0)
@@ -264,21 +310,27 @@ class _Index:
         c = np.atleast_1d(np.asarray(clients))
         if c.dtype == bool:
             c = np.flatnonzero(c)
-        if c.size > 1:
+        if c.size > 1 and not (c[1:] > c[:-1]).all():  # ascending ids need no dedup (O(n), not a sort)
             c = np.unique(c)
         train = (view.tier[c] == Tier.AVL_TRAIN) & ~view.busy[c]
         ev = (view.tier[c] >= Tier.AVL_EVAL) & ~view.busy[c]
-        self.n_train += int(np.count_nonzero(train)) - int(np.count_nonzero(self.train_ok[c]))
-        self.n_eval += int(np.count_nonzero(ev)) - int(np.count_nonzero(self.eval_ok[c]))
+        was_train, was_eval = self.train_ok[c], self.eval_ok[c]
+        self.n_train += int(np.count_nonzero(train)) - int(np.count_nonzero(was_train))
+        self.n_eval += int(np.count_nonzero(ev)) - int(np.count_nonzero(was_eval))
         self.train_ok[c], self.eval_ok[c] = train, ev
+        _move_counts(self.train_blocks, c, was_train, train)
+        _move_counts(self.eval_blocks, c, was_eval, ev)
         if self.once_ok is not None:
             once = train & (view.last_selected_round[c] != self.once_round)
-            self.n_once += int(np.count_nonzero(once)) - int(np.count_nonzero(self.once_ok[c]))
+            was_once = self.once_ok[c]
+            self.n_once += int(np.count_nonzero(once)) - int(np.count_nonzero(was_once))
             self.once_ok[c] = once
+            _move_counts(self.once_blocks, c, was_once, once)
 
     def once_mask(self, view: ClientMap, current_round: int) -> np.ndarray:
         if self.once_round != current_round:  # a new round: one pass over N, once per aggregation
             self.once_ok = self.train_ok & (view.last_selected_round != current_round)
             self.n_once = int(np.count_nonzero(self.once_ok))
+            self.once_blocks = block_counts(self.once_ok)
             self.once_round = current_round
         return self.readonly(self.once_ok)

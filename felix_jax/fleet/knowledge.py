@@ -54,6 +54,16 @@ def notifications_between(trace: AvailabilityTrace, t0: float, t1: float) -> int
     return int(len(clients))
 
 
+def unique_ids(ids: np.ndarray, n: int) -> np.ndarray:
+    """``np.unique(ids)`` for client ids in ``[0, n)``: by an (n,) mask when they are many (a slot
+    boundary that flips millions of clients: one pass, no hash or sort)."""
+    if ids.size * 16 < n:
+        return np.unique(ids)
+    mask = np.zeros(n, dtype=bool)
+    mask[ids] = True
+    return np.flatnonzero(mask)
+
+
 class ViewTracker:
     """Incremental ``refresh_view`` / ``notifications_between`` for one run.
 
@@ -79,7 +89,7 @@ class ViewTracker:
     def _advance(self, now: float, start_t: float) -> np.ndarray:
         if self._cursor is None:  # only TierTrack counts changes from before its first use
             start = min(start_t, now) if self.knowledge is Knowledge.TIERTRACK else now
-            self._cursor = ChangeCursor(self.trace, start)
+            self._cursor = self.trace.change_cursor(start)
         return self._cursor.advance(now)
 
     def refresh(self, view: ClientMap, now: float, start_t: float) -> None:
@@ -96,7 +106,7 @@ class ViewTracker:
             self._dirty = []
         if not changed.size:
             return
-        clients = np.unique(changed)
+        clients = unique_ids(changed, view.num_clients)
         tier = self.trace.state_at(now, clients)
         if not self.sees_eval_tier:
             tier = np.where(tier == Tier.AVL_EVAL, np.int8(Tier.UN_AVL), tier)

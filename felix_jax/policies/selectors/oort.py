@@ -105,6 +105,22 @@ def _ids_at_ranks(block, ranks: np.ndarray) -> np.ndarray:
     return out
 
 
+def _ids_at_ranks_counted(block, counts: np.ndarray, block_rows: int, ranks: np.ndarray) -> np.ndarray:
+    """``_ids_at_ranks`` when the mask's per-block counts are known (``counts[b]``: set rows among
+    rows ``[b * block_rows, (b + 1) * block_rows)``): a search over the counts, then the rows of the
+    blocks the ranks fall in only."""
+    ranks = np.asarray(ranks, np.int64)
+    out = np.empty(ranks.size, np.int64)
+    ends = np.cumsum(counts)
+    where = np.searchsorted(ends, ranks, side="right")
+    for b in np.unique(where).tolist():
+        sel = where == b
+        start = b * block_rows
+        listed = np.flatnonzero(block(start, start + block_rows))
+        out[sel] = start + listed[ranks[sel] - (ends[b] - counts[b])]
+    return out
+
+
 def make_oort_selector(config: OortConfig = OortConfig()) -> Selector:
     pacer = config.pacer()
 
@@ -177,8 +193,14 @@ def make_oort_selector(config: OortConfig = OortConfig()) -> Selector:
             elif unexplored is not None:
                 picked.append(ctx.rng.choice(unexplored, n_explore, replace=False))
             else:  # the same draw by rank (it depends on the population size only), then the ids at the ranks
-                picked.append(_ids_at_ranks(unexplored_rows, ctx.rng.choice(num_unexplored, n_explore,
-                                                                            replace=False)))
+                ranks = ctx.rng.choice(num_unexplored, n_explore, replace=False)
+                blocks = view.block_counts(ctx.eligible) if hasattr(view, "block_counts") else None
+                if blocks is None:
+                    picked.append(_ids_at_ranks(unexplored_rows, ranks))
+                else:  # the eligible rows' block counts, less the explored eligible clients in each block
+                    counts, rows = blocks
+                    counts = counts - np.bincount(explored // rows, minlength=counts.size)
+                    picked.append(_ids_at_ranks_counted(unexplored_rows, counts, rows, ranks))
         clients = np.concatenate(picked).astype(np.int64) if picked else _NO_CLIENTS
         exhausted = state.exhausted
         if config.shortfall == "random":
