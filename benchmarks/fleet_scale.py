@@ -68,7 +68,32 @@ def measure(num_clients: int, concurrency: int, aggregations: int, strategy: str
     build_s = time.perf_counter() - t0
     build_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     compiles_build = len(compiles)
+    stamps = []  # at each event: (wall clock, device calls so far, compilations so far, selections so far)
+    pop = sim.queue.pop
+
+    def stamped_pop():
+        stamps.append((time.perf_counter(), len(sim.engine.records), len(compiles), len(sim.acct.selection_seconds)))
+        return pop()
+
+    sim.queue.pop = stamped_pop
     rec = sim.run()
+    t_end = time.perf_counter()
+    sim.queue.pop = pop
+    half = len(stamps) // 2  # the run's second half: its fixed costs (first compilations) are behind it
+    warm = {}
+    if len(stamps) >= 2:
+        t_h, rec_h, comp_h, sel_h = stamps[half]
+        n_half = len(stamps) - half
+        dev_half = sum(r.seconds for r in sim.engine.records[rec_h:])
+        # compilations outside the device calls (the calls' own are in their seconds): at least the
+        # half's compile seconds beyond what its compiling calls took, so this errs toward more host time
+        compiling_calls = sum(r.seconds for r in sim.engine.records[rec_h:] if r.compiled)
+        outside = max(0.0, float(sum(compiles[comp_h:])) - compiling_calls)
+        warm = {"warm_events": n_half, "warm_host_ms_per_event": 1000 * (t_end - t_h - dev_half) / n_half,
+                "warm_host_ms_per_event_excl_compile": 1000 * (t_end - t_h - dev_half - outside) / n_half,
+                "warm_selection_ms_per_event": 1000 * float(np.sum(sim.acct.selection_seconds[sel_h:])) / n_half,
+                "warm_device_s": dev_half, "warm_compilations": len(compiles) - comp_h,
+                "warm_compile_s": float(sum(compiles[comp_h:]))}
     snap = {}
     if snapshot:  # the run's end state written and read back into a fresh simulator
         from felix_jax.fleet.snapshot import load_snapshot, save_snapshot
@@ -94,7 +119,7 @@ def measure(num_clients: int, concurrency: int, aggregations: int, strategy: str
         "build_peak_rss_mb": build_rss_mb, **snap, "aggregations": len(rec.aggregation_times) - 1, "events": rec.events_processed,
         "virtual_s": rec.end_time_s, "build_s": build_s, "run_s": rec.host_seconds, "device_s": device_s,
         "compile_s_in_run": float(sum(compiles[compiles_build:])),
-        "host_ms_per_event": 1000 * (rec.host_seconds - device_s) / events,
+        "host_ms_per_event": 1000 * (rec.host_seconds - device_s) / events, **warm,
         "selection_ms_mean": 1000 * float(np.mean(sel)) if sel else 0.0, "selections": len(sel),
         "selection_ms_per_event": 1000 * float(np.sum(sel)) / events,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -151,6 +176,7 @@ def main(argv=None) -> int:
     ap.add_argument("--aggregation-goal", type=int, default=None, help="K (default c / 10)")
     ap.add_argument("--snapshot", action="store_true", help="also write the end state and restore it")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--resume", action="store_true", help="keep the cells --out already holds and run the rest")
     ap.add_argument("--out", default=None, help="JSON file for the rows")
     ap.add_argument("--dataset", default=None, help="data set (default: the 8x8 digits, written to a temp .npz)")
     ap.add_argument("--fedscale-clients", type=int, nargs="*", default=[100_000],
@@ -170,10 +196,18 @@ def main(argv=None) -> int:
     tmp = tempfile.TemporaryDirectory()
     dataset = args.dataset or digits8_npz(os.path.join(tmp.name, "digits8.npz"))
     rows = []
+    if args.out and os.path.exists(args.out) and args.resume:  # a long matrix continues: finished cells are kept
+        with open(args.out) as f:
+            rows = json.load(f)["rows"]
     cells = [(n, strategy, regime, slot_s) for n in args.populations for strategy in args.strategy
              for regime in args.availability for slot_s in (args.slot_s if regime.startswith("avail") else [600.0])]
     for n, strategy, regime, slot_s in cells:
         c = args.concurrency or max(1, min(n // 10, 10_000))
+        key = (n, c, strategy, regime, float(slot_s))
+        if any((r["num_clients"], r["concurrency"], r["strategy"], r["availability"], float(r["slot_s"])) == key
+               for r in rows):
+            print(f"N={n:>9,} {strategy} {regime} slot {slot_s:g} s c={c:,}: finished earlier, kept", flush=True)
+            continue
         cmd = [sys.executable, os.path.abspath(__file__), "--one", "--populations", str(n), "--concurrency", str(c),
                "--aggregations", str(args.aggregations), "--strategy", strategy, "--seed", str(args.seed),
                "--dataset", dataset, "--availability", regime, "--slot-s", str(slot_s),
@@ -189,7 +223,9 @@ def main(argv=None) -> int:
                 f"{r['snapshot_restore_s']:.1f} s equal={r['restored_equal']}" if args.snapshot else "")
         print(f"N={n:>9,} {strategy} {regime}{f'@{slot_s:g}s' if regime.startswith('avail') else ''} "
               f"({r['trace_form']}) c={c:>6,} K={r['aggregation_goal']} events={r['events']:>7,} "
-              f"host ms/event={r['host_ms_per_event']:7.3f} selection ms={r['selection_ms_mean']:7.3f} "
+              f"host ms/event={r['host_ms_per_event']:7.3f} warm={r.get('warm_host_ms_per_event', float('nan')):7.3f} "
+              f"(compilations {r.get('warm_compilations', 0)}; without them "
+              f"{r.get('warm_host_ms_per_event_excl_compile', float('nan')):.3f}) selection ms={r['selection_ms_mean']:7.3f} "
               f"build s={r['build_s']:6.1f} peak RSS MB={r['peak_rss_mb']:7.0f} (build {r['build_peak_rss_mb']:.0f}) "
               f"compilations={r['compilations']} dispatches sha1={r['dispatch_sha1'][:12]}{snap}", flush=True)
         if args.out:  # after every cell: a long matrix keeps what finished

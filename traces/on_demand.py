@@ -34,6 +34,7 @@ from .availability import AvailabilityTrace, BeyondEnd, ChangeCursor, Tier, Trac
 
 _TRAIN, _OFF = np.int8(int(Tier.AVL_TRAIN)), np.int8(int(Tier.UN_AVL))
 _CACHED_CLIENTS = 8192  # clients whose slot states a SlotTrace keeps for the one-client queries
+_ROW_POSITIONS = 256  # one-client queries cache the client's whole row up to this many slot positions
 _CHUNK = 1 << 16  # clients per block of a whole-slot column's draws (the temporaries stay in cache)
 _COLUMN_BYTES = 1 << 27  # whole-slot columns kept (int8, one byte a client): at least two
 
@@ -311,11 +312,17 @@ class SlotTrace(TraceQueries):
         st = self._times
         if st.period is not None:
             t = np.mod(t, np.float64(st.period))
-        return int(self._client_states(client)[int(np.searchsorted(st.times, t, side="right")) - 1])
+        j = int(np.searchsorted(st.times, t, side="right")) - 1
+        if st.slots.shape[0] > _ROW_POSITIONS:  # a long row: the one draw asked for
+            return int(self._slot_states(np.array([client]), st.slots[j:j + 1])[0])
+        return int(self._client_states(client)[j])
 
     def next_change_of(self, t: float, client: int) -> tuple[float, int]:
         """``next_change_after(t, [client])`` for one client, as Python scalars."""
         t, client = self._check_time(t), self._check_client(client)
+        if self._times.slots.shape[0] > _ROW_POSITIONS:  # a long row: the vectorized query's look-ahead blocks
+            time, state = self.next_change_after(t, np.array([client]))
+            return float(time[0]), int(state[0])
         st, states = self._times, self._client_states(client)
         if st.period is None:
             j = int(np.searchsorted(st.times, t, side="right")) - 1

@@ -307,6 +307,9 @@ class _Index:
     def update(self, view: ClientMap, clients) -> None:
         if isinstance(clients, slice):
             clients = np.arange(len(view.tier))[clients]
+        if isinstance(clients, (int, np.integer)):  # one client (a dispatch, a reply): scalar steps
+            self._update_one(view, int(clients))
+            return
         c = np.atleast_1d(np.asarray(clients))
         if c.dtype == bool:
             c = np.flatnonzero(c)
@@ -326,6 +329,27 @@ class _Index:
             self.n_once += int(np.count_nonzero(once)) - int(np.count_nonzero(was_once))
             self.once_ok[c] = once
             _move_counts(self.once_blocks, c, was_once, once)
+
+    def _update_one(self, view: ClientMap, i: int) -> None:
+        """``update`` for one client, in Python scalars (the same counts and masks)."""
+        idle = not view.busy[i]
+        tier = int(view.tier[i])
+        train, ev = idle and tier == Tier.AVL_TRAIN, idle and tier >= Tier.AVL_EVAL
+        b = i // BLOCK_ROWS
+        if train != bool(self.train_ok[i]):
+            self.train_ok[i] = train
+            self.n_train += 1 if train else -1
+            self.train_blocks[b] += 1 if train else -1
+        if ev != bool(self.eval_ok[i]):
+            self.eval_ok[i] = ev
+            self.n_eval += 1 if ev else -1
+            self.eval_blocks[b] += 1 if ev else -1
+        if self.once_ok is not None:
+            once = train and int(view.last_selected_round[i]) != self.once_round
+            if once != bool(self.once_ok[i]):
+                self.once_ok[i] = once
+                self.n_once += 1 if once else -1
+                self.once_blocks[b] += 1 if once else -1
 
     def once_mask(self, view: ClientMap, current_round: int) -> np.ndarray:
         if self.once_round != current_round:  # a new round: one pass over N, once per aggregation
