@@ -159,6 +159,22 @@ def test_slot_cursor_walks_the_generic_cursors_changes(n, slots, slot_s, p, beyo
     assert b.consumed == a.consumed
 
 
+@pytest.mark.parametrize("beyond, chain", [("repeat", ()), ("repeat", (("shift", 1234.5),)), ("hold", ()),
+                                           ("repeat", (("scale", 7.3), ("shift", 100.0)))])
+def test_long_rows_answer_one_client_queries_as_the_table(beyond, chain):
+    # past 256 slot positions one-client queries draw blocks ahead instead of the whole row
+    table = slot_bernoulli(40, 0.9, num_slots=600, slot_s=30.0, seed=9, beyond_end=beyond)
+    fn = SlotTrace(40, 0.9, 600, 30.0, 9, beyond_end=beyond)
+    for kind, value in chain:
+        table = table.shifted(value) if kind == "shift" else table.time_scaled(value)
+        fn = fn.shifted(value) if kind == "shift" else fn.time_scaled(value)
+    rng = np.random.default_rng(1)
+    ts, cs = _queries(table, rng, n_random=300)
+    for t, c in zip(ts, cs):
+        assert fn.state_of(t, c) == table.state_of(t, c)
+        assert fn.next_change_of(t, c) == table.next_change_of(t, c)
+
+
 def test_slot_cursor_is_the_registry_traces_cursor():
     # the run's slot regimes (repeat, 600 s and 30 s slots, offsets of whole and half seconds) get the
     # slot-by-slot cursor; slot times off the exact grid fall back to the generic one

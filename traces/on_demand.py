@@ -34,7 +34,7 @@ from .availability import AvailabilityTrace, BeyondEnd, ChangeCursor, Tier, Trac
 
 _TRAIN, _OFF = np.int8(int(Tier.AVL_TRAIN)), np.int8(int(Tier.UN_AVL))
 _CACHED_CLIENTS = 8192  # clients whose slot states a SlotTrace keeps for the one-client queries
-_ROW_POSITIONS = 256  # one-client queries cache the client's whole row up to this many slot positions
+_ROW_POSITIONS = 0  # one-client queries draw ahead past this many positions (the whole row only at its end)
 _CHUNK = 1 << 16  # clients per block of a whole-slot column's draws (the temporaries stay in cache)
 _COLUMN_BYTES = 1 << 27  # whole-slot columns kept (int8, one byte a client): at least two
 
@@ -306,6 +306,51 @@ class SlotTrace(TraceQueries):
             self._cache.move_to_end(client)
         return states
 
+    def _draw_one(self, client: int, k: int) -> int:
+        """``_draw([client], k)[0]`` in Python integers (one draw costs microseconds, not array calls)."""
+        _, _, base_hi, base_lo, a_hi, a_lo, c_hi, c_lo = self._stream
+        s = (int(base_hi[client]) << 64) | int(base_lo[client])
+        a, c = (int(a_hi[k]) << 64) | int(a_lo[k]), (int(c_hi[k]) << 64) | int(c_lo[k])
+        s = (a * s + c) & pcg64.MASK128
+        hi, lo = s >> 64, s & pcg64.MASK64
+        x, rot = hi ^ lo, hi >> 58
+        word = ((x >> rot) | (x << ((64 - rot) & 63))) & pcg64.MASK64
+        return int(_TRAIN) if (word >> 11) < int(self._threshold) else int(_OFF)
+
+    def _state_in(self, client: int, j: int) -> int:
+        """One client's state at position ``j``: one draw (or a cached column / a constant slot)."""
+        k = int(self._times.slots[j])
+        const = self._constant_slot(k)
+        if const is not None:
+            return const
+        col = self._columns.get(k)
+        if col is not None:
+            return int(col[client])
+        return self._draw_one(client, k)
+
+    def _next_change_ahead(self, t: np.float64, client: int) -> tuple[float, int] | None:
+        """``next_change_of`` for a long row, position by position from the one in force, when the
+        change falls before the row's end (else ``None``: the whole row decides)."""
+        st = self._times
+        n_pos = st.slots.shape[0]
+        if st.period is None:
+            j = int(np.searchsorted(st.times, t, side="right")) - 1
+        else:
+            period = np.float64(st.period)
+            k, local = np.divmod(t, period)
+            j = int(np.searchsorted(st.times, local, side="right")) - 1
+        cur = self._state_in(client, j)
+        for p in range(j + 1, n_pos):
+            state = self._state_in(client, p)
+            if state != cur:
+                if st.period is None:
+                    return float(st.times[p]), state
+                time = k * period + st.times[p]
+                if time <= t:
+                    time = np.nextafter(t, np.inf)
+                return float(time), state
+        return None
+
     def state_of(self, t: float, client: int) -> int:
         """``state_at(t, [client])[0]`` as an int."""
         t, client = self._check_time(t), self._check_client(client)
@@ -313,16 +358,17 @@ class SlotTrace(TraceQueries):
         if st.period is not None:
             t = np.mod(t, np.float64(st.period))
         j = int(np.searchsorted(st.times, t, side="right")) - 1
-        if st.slots.shape[0] > _ROW_POSITIONS:  # a long row: the one draw asked for
-            return int(self._slot_states(np.array([client]), st.slots[j:j + 1])[0])
+        if st.slots.shape[0] > _ROW_POSITIONS:  # the one draw asked for
+            return self._state_in(client, j)
         return int(self._client_states(client)[j])
 
     def next_change_of(self, t: float, client: int) -> tuple[float, int]:
         """``next_change_after(t, [client])`` for one client, as Python scalars."""
         t, client = self._check_time(t), self._check_client(client)
-        if self._times.slots.shape[0] > _ROW_POSITIONS:  # a long row: the vectorized query's look-ahead blocks
-            time, state = self.next_change_after(t, np.array([client]))
-            return float(time[0]), int(state[0])
+        if self._times.slots.shape[0] > _ROW_POSITIONS:  # draws ahead; the whole row only at its end
+            found = self._next_change_ahead(t, client)
+            if found is not None:
+                return found
         st, states = self._times, self._client_states(client)
         if st.period is None:
             j = int(np.searchsorted(st.times, t, side="right")) - 1

@@ -15,8 +15,9 @@ from __future__ import annotations
 import numpy as np
 
 MULT = 0x2360ED051FC65DA44385DF649FCCF645  # PCG64's 128-bit multiplier (numpy's pcg64.h)
-_MASK64 = (1 << 64) - 1
-_MASK128 = (1 << 128) - 1
+MASK64 = (1 << 64) - 1
+MASK128 = (1 << 128) - 1
+_MASK64, _MASK128 = MASK64, MASK128
 _M32 = np.uint64(0xFFFFFFFF)
 _U32 = np.uint64(32)
 _U58 = np.uint64(58)
