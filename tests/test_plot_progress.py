@@ -178,11 +178,11 @@ def test_an_accuracy_curve_runs_to_the_runs_end_not_its_last_checkpoint(tmp_path
     """A stalled run (last checkpoint at 0.5 h, stopped at 2 h) stays flat to 2 h, then NaN."""
     import numpy as np
 
-    from felix_jax.experiment.compare import _accuracy_curves
+    from felix_jax.experiment.compare import accuracy_curves
 
     (tmp_path / "metrics.csv").write_text("time_s,hours,accuracy\n0,0.0,0.1\n1800,0.5,0.2\n")
     row = {"strategy": "s", "availability": "a", "run_dir": str(tmp_path), "_summary": {"end_time_s": 7200.0}}
     grid = np.array([0.0, 0.25, 0.5, 1.9, 2.0, 2.5])
-    np.testing.assert_array_equal(_accuracy_curves([row], "s", "a", grid)[0], [0.1, 0.1, 0.2, 0.2, 0.2, np.nan])
+    np.testing.assert_array_equal(accuracy_curves([row], "s", "a", grid)[0], [0.1, 0.1, 0.2, 0.2, 0.2, np.nan])
     row["_summary"] = {}  # no end recorded: the last checkpoint
-    np.testing.assert_array_equal(_accuracy_curves([row], "s", "a", grid)[0], [0.1, 0.1, 0.2, np.nan, np.nan, np.nan])
+    np.testing.assert_array_equal(accuracy_curves([row], "s", "a", grid)[0], [0.1, 0.1, 0.2, np.nan, np.nan, np.nan])

@@ -460,27 +460,14 @@ def run_title(config: dict) -> str:
 
 
 def plot_accuracy(record: RunRecord, path: Path, title: str = "", target: float | None = None) -> None:
-    """``accuracy.png`` of a record's test checkpoints. A record without checkpoints (every run has
+    """``accuracy.png`` of a record's test checkpoints (drawn by
+    :func:`~felix_jax.experiment.figures.run.accuracy_figure`). A record without checkpoints (every run has
     one at t=0: what is plotted came from an empty or unreadable ``metrics.csv``) is refused with a
     ValueError naming that file, never drawn as an empty figure."""
     if not record.checkpoints:
         raise DataFileError(Path(path).parent / "metrics.csv",
                             f"no test checkpoints to plot (empty, header only, or not a run's metrics.csv "
                             f"with the header {','.join(METRIC_COLUMNS)})")
-    import matplotlib
+    from .figures.run import accuracy_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    hours = [c.time_s / 3600 for c in record.checkpoints]
-    ax.plot(hours, [c.accuracy for c in record.checkpoints], lw=1.2)
-    if target:
-        ax.axhline(target, color="grey", ls="--", lw=0.8)
-    ax.set_xlabel("virtual hours")
-    ax.set_ylabel("test accuracy")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    accuracy_figure(record.checkpoints, path, title, target)
