@@ -20,8 +20,9 @@ from typing import Callable
 
 from .cells import cell_dir, cell_overrides, regime_label
 from .progress import comparison_eta
-from .runner import PLUGIN_ERROR, run
+from .runner import run
 from .scenario import Scenario
+from .stops import PLUGIN_ERROR
 from .tables import SUMMARY_COLUMNS, write_summary_csv
 
 
