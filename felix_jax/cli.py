@@ -304,7 +304,7 @@ def _traceback_asked(args: argparse.Namespace) -> bool:
 
 def _writers(args: argparse.Namespace, command: str) -> tuple:
     """``--log-to``: the metric writers, or one line naming the extra to install (before any work)."""
-    from .experiment.writers import make_writers
+    from .experiment.writers.feed import make_writers
 
     try:
         return make_writers(args.log_to)

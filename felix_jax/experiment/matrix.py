@@ -148,7 +148,7 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
     ``snapshot_minutes``: each cell (cell by cell or in ``workers``) snapshots every that many minutes of
     wall time, so that a matrix killed outright (``kill -9``, a machine stopped) resumes its running
     cells from their last snapshot, not from the start.
-    ``writers``: metric writers (``experiment/writers.py``), one log per cell under ``out``; a kept
+    ``writers``: metric writers (``experiment/writers/``), one log per cell under ``out``; a kept
     cell that has none yet is logged from its files.
     """
     todo = cells if cells is not None else [(st, rg, sd) for rg in regimes for st in strategies for sd in seeds]
@@ -156,7 +156,7 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
     for spec, rg, sd in todo:  # a cell's strategy may be a variant NAME@KEY=VALUE (parse_cell_strategy)
         scenarios.append(base.with_overrides({**cell_overrides(spec), "availability": rg, "seed": sd}))
     labels = [spec for spec, _, _ in todo]
-    from .writers import for_cell, make_writers
+    from .writers.feed import for_cell, make_writers
 
     writers = make_writers(writers)
     cell_writers = [for_cell(writers, out, labels[i], sc.availability, sc.seed) for i, sc in enumerate(scenarios)]
@@ -175,7 +175,7 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
         if done is not None:
             rows[i] = {**_row(sc, base, done, run_dir, labels[i]), "_kept": True}
             if writers:
-                from .writers import backfill
+                from .writers.feed import backfill
 
                 backfill(cell_writers[i], run_dir)
             log(f"[{i + 1}/{len(todo)}] {labels[i]} on {regime_label(sc.availability)}, seed {sc.seed}: "

@@ -32,7 +32,7 @@ from ..traces.data_paths import DataFileError, reading
 METRIC_COLUMNS = ["time_s", "hours", "version", "accuracy", "loss", "bytes_total", "staleness_mean", "interval_s"]
 # what a run writes into its folder (a replacing run replaces these and its snapshot, nothing else)
 RESULT_FILES = ("config.json", "metrics.csv", "summary.json", "distributions.json", "accuracy.png", EVENTS_FILE,
-                "participation.png", "tensorboard")  # tensorboard/: --log-to tensorboard (experiment/writers.py)
+                "participation.png", "tensorboard")  # tensorboard/: --log-to tensorboard (experiment/writers/)
 SNAPSHOT_DIR = "snapshot"  # a run's snapshots (felix_jax.fleet.snapshot), for --resume
 
 

@@ -66,9 +66,9 @@ def run(sc: Scenario, out_dir: str | Path | None = None, progress: bool = False,
     machine's speed, which the stop reason says.
     ``writers``: metric writers fed every test checkpoint as ``metrics.csv`` is (``"tensorboard"``,
     ``"mlflow"`` or :class:`~felix_jax.experiment.writers.MetricWriter` objects; needs ``out_dir``;
-    ``experiment/writers.py``): a resumed run continues their logs without repeating a step.
+    ``experiment/writers/``): a resumed run continues their logs without repeating a step.
     """
-    from .writers import make_writers
+    from .writers.feed import make_writers
 
     writers = make_writers(writers)  # a missing package is refused here, before any work
     if writers and out_dir is None:
@@ -119,7 +119,7 @@ def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every
               wall_budget_s, batch, t_call, writers=(), final_out=None) -> RunResult:
     bar = RunProgress(sc, progress)
     stream: MetricsStream | None = None
-    feed = None  # the metric writers' logs (experiment/writers.py)
+    feed = None  # the metric writers' logs (experiment/writers/)
     timer: threading.Timer | None = None
     failure: PluginError | None = None  # a plugin's error that stopped the run
     stop_snapshot: Path | None = None
@@ -147,7 +147,8 @@ def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every
                 for cp in sim.checkpoints:  # rows up to the snapshot; a killed run may have written more
                     stream(cp)
                 if writers:
-                    from .writers import RunInfo, WriterFeed
+                    from .writers.base import RunInfo
+                    from .writers.feed import WriterFeed
 
                     feed = WriterFeed(writers, RunInfo(Path(final_out or out), out, config, resume))
                     feed.restored(sim)  # a resumed run's checkpoints so far: those not logged yet
@@ -197,7 +198,7 @@ def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every
             write_results(out, config, record, summary, plot=plot, streamed=failure is None)
         finally:
             if feed is not None:
-                from .writers import status_of
+                from .writers.feed import status_of
 
                 feed.close(summary, out, status_of(summary))
     if failure is not None:
