@@ -377,6 +377,11 @@ def _count_compile(event: str, _seconds: float, **_kwargs) -> None:
 jax.monitoring.register_event_duration_secs_listener(_count_compile)
 
 
+def compile_count() -> int:
+    """XLA programs compiled in this process so far."""
+    return _compiles["total"]
+
+
 def summarize(record: RunRecord, seed: int, batches: dict) -> dict:
     """The run's summary.json. ``xla_compilations``: XLA programs compiled in this process since
     the previous summary (or since start): a run's build and run when runs go one after another."""
