@@ -123,7 +123,7 @@ STAGING_DIR = ".felix-jax-new"
 RETIRED_DIR = ".felix-jax-old"
 # a run's own results (not a comparison's: compare also writes an accuracy.png)
 RUN_MARKERS = ("config.json", "metrics.csv", "summary.json", "distributions.json", SNAPSHOT_DIR)
-COMPARE_MARKERS = ("summary.csv", "runs")  # what makes a folder a comparison's (compare.py)
+COMPARE_MARKERS = ("summary.csv", "runs")  # what makes a folder a comparison's (matrix.py)
 
 
 def _json_object_with(path: Path, key: str) -> bool:
