@@ -6,7 +6,7 @@ evaluates its accuracy on the preset's test subset every ``--eval-every`` steps.
 It answers "what can this learner reach on this data at all", independently of any
 federated strategy.
 
-Same as the emulator (felix_jax/experiment/runner.py and felix_jax/cohort/local.py):
+Same as the emulator (felix_jax/experiment/build.py and felix_jax/cohort/local.py):
 
 - data: ``load_dataset(preset.dataset).subset(num_train, num_test)``, the runner's
   seeded uniform sample (seed 0) of the training and test sets, not a prefix (the

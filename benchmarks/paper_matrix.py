@@ -198,7 +198,7 @@ def finished_rows(out: Path, base, cells: list[tuple[str, str, int]]) -> list[di
 def draw_figures(rows: list[dict], strategies: list[str], regimes: list[str], out: Path) -> list[Path]:
     """Under ``out``/figures: the accuracy curves, bytes and distributions of compare
     (accuracy.png, bytes.png, cdfs.png) and the paper's diagnostic figures (selection.png,
-    eval_tier.png, late_weights.png: felix_jax/experiment/paper_figures.py)."""
+    eval_tier.png, late_weights.png: felix_jax/experiment/figures/paper.py)."""
     if not rows:
         return []
     fig_dir = out / "figures"

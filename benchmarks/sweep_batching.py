@@ -41,7 +41,7 @@ def scenarios(preset: str, n: int, strategies: list[str], sets: dict):
 def child(args) -> dict:
     """One measurement in this (fresh) process: a batch of N, or one separate run."""
     from felix_jax.compile_cache import enable_compilation_cache
-    from felix_jax.experiment.results import _compiles
+    from felix_jax.experiment.results import compile_count
     from felix_jax.experiment.runner import run
     from felix_jax.experiment.sweep import SweepJob, run_sweep
 
@@ -61,7 +61,7 @@ def child(args) -> dict:
         device_s = sum(batch.get(k, {}).get("seconds", 0.0) for k in ("train", "eval")) + batch["test_seconds"]
         events = sum(r.summary["events"] for r in results)
         aggregations = sum(r.summary["aggregations"] for r in results)
-        return {"n": args.n, "wall_s": wall, "compilations": _compiles["total"],
+        return {"n": args.n, "wall_s": wall, "compilations": compile_count(),
                 "train_tasks_per_call": batch["train"]["mean_tasks_per_call"],
                 "experiments_per_call": batch["train"]["mean_experiments_per_call"],
                 "calls_per_experiment_aggregation": calls / max(aggregations, 1),
@@ -69,7 +69,7 @@ def child(args) -> dict:
                 "aggregations": aggregations}
     sc = scenarios(args.preset, args.index + 1, args.strategies.split(","), sets)[args.index]
     result = run(sc, out / f"e{args.index}", plot=False)
-    return {"wall_s": time.perf_counter() - t0, "compilations": _compiles["total"],
+    return {"wall_s": time.perf_counter() - t0, "compilations": compile_count(),
             "events": result.summary["events"]}
 
 

@@ -304,7 +304,7 @@ def _traceback_asked(args: argparse.Namespace) -> bool:
 
 def _writers(args: argparse.Namespace, command: str) -> tuple:
     """``--log-to``: the metric writers, or one line naming the extra to install (before any work)."""
-    from .experiment.writers import make_writers
+    from .experiment.writers.feed import make_writers
 
     try:
         return make_writers(args.log_to)
@@ -314,7 +314,7 @@ def _writers(args: argparse.Namespace, command: str) -> tuple:
 
 def _compare(args: argparse.Namespace) -> int:
     from .experiment import get_preset
-    from .experiment.compare import cell_overrides, parse_sweep, sweep_strategies
+    from .experiment.cells import cell_overrides, parse_sweep, sweep_strategies
     from .experiment.registry import make_trace
     from .experiment.results import OutputDirError, folder_lock, prepare_out_dir
     from .traces import REFERENCE_TRACE_NAMES
@@ -382,7 +382,7 @@ def _check_cell_folders(base, regimes: list[str]) -> None:
     """Two regimes whose cells would share one results folder (a trace file's cells are named by its
     file name, not its path) are refused before anything runs: one cell's results would overwrite
     the other's."""
-    from .experiment.compare import cell_dir
+    from .experiment.cells import cell_dir
 
     seen: dict[str, tuple[str, str]] = {}
     for rg in regimes:
@@ -398,9 +398,11 @@ def _check_cell_folders(base, regimes: list[str]) -> None:
 
 
 def _compare_locked(args, base, strategies, regimes, seeds, out: Path) -> int:
-    from .experiment.compare import CellChanged, all_kept, plot_comparison, run_matrix, write_tables
+    from .experiment.figures.comparison import plot_comparison
+    from .experiment.matrix import CellChanged, all_kept, run_matrix
     from .experiment.ray_executor import ClusterError
     from .experiment.report import write_report
+    from .experiment.tables import write_tables
 
     try:
         from .experiment.sweep import default_batch
@@ -488,7 +490,8 @@ def _replot_run(run_dir: Path) -> Path:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    from .experiment.compare import plot_comparison, rows_from_summary_csv
+    from .experiment.figures.comparison import plot_comparison
+    from .experiment.tables import rows_from_summary_csv
 
     folder = Path(args.dir)
     try:
@@ -524,7 +527,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _plot_trace(args: argparse.Namespace) -> int:
-    from .experiment.trace_figure import plot_trace
+    from .experiment.figures.trace import plot_trace
 
     if args.out is not None and not args.out.strip():
         raise SystemExit(f"felix-jax plot-trace: --out {args.out!r}: an empty path; give a file name")
@@ -545,7 +548,7 @@ def _check_summary_csv(path: Path) -> None:
     :class:`DataFileError` naming the file, the line and the column otherwise."""
     import csv
 
-    from .experiment.compare import _INT_COLUMNS, _TEXT_COLUMNS, SUMMARY_COLUMNS
+    from .experiment.tables import INT_COLUMNS, SUMMARY_COLUMNS, TEXT_COLUMNS
 
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
@@ -557,14 +560,14 @@ def _check_summary_csv(path: Path) -> None:
             for key, text in row.items():
                 if key is None or text is None:
                     raise DataFileError(path, f"line {line}: {len(reader.fieldnames)} columns expected")
-                if key in _TEXT_COLUMNS or text == "":
+                if key in TEXT_COLUMNS or text == "":
                     continue
                 try:
                     value = float(text)
-                    if key in _INT_COLUMNS and not (math.isfinite(value) and value == int(value)):
+                    if key in INT_COLUMNS and not (math.isfinite(value) and value == int(value)):
                         raise ValueError
                 except ValueError:
-                    kind = "a whole number" if key in _INT_COLUMNS else "a number"
+                    kind = "a whole number" if key in INT_COLUMNS else "a number"
                     raise DataFileError(path, f"line {line}: {key} is {text!r}, not {kind}") from None
 
 

@@ -75,14 +75,15 @@ def parse_value(key: str, value: Any, hint: Any) -> Any:
     except OptionError:
         raise
     except (TypeError, ValueError):
-        raise OptionError(f"{key}={value!r}: expected {_type_name(hint)}") from None
+        raise OptionError(f"{key}={value!r}: expected {type_name(hint)}") from None
     return value
 
 
 _UnionType = type(int | None)
 
 
-def _type_name(hint: Any) -> str:
+def type_name(hint: Any) -> str:
+    """A field's type hint as messages and ``--help`` name it (``int``, ``list of float``, ``'a' | 'b'``)."""
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     optional = type(None) in typing.get_args(hint)
     base = args[0] if args else hint
@@ -148,7 +149,7 @@ class OptionSpec:
         if self.config is None:
             return []
         default = self.config()
-        out = [f"{name}: {_type_name(hint)} = {to_json(getattr(default, name))}" for name, hint in self.fields().items()]
+        out = [f"{name}: {type_name(hint)} = {to_json(getattr(default, name))}" for name, hint in self.fields().items()]
         if self.variants:
             out.insert(0, f"variant: {' | '.join(self.variants)}"
                           + (f" = {self.default_variant}" if self.default_variant else ""))

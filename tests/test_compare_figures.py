@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from felix_jax.experiment import compare
+from felix_jax.experiment.figures import comparison as comparison_figures
 from felix_jax.experiment.compare import (cell_dir, cell_overrides, comparison_eta, comparison_table, parse_sweep,
                                           plot_comparison, regime_label, strategy_styles, sweep_strategies)
 
@@ -112,7 +112,7 @@ def drawn(monkeypatch):
         fig.savefig(path, dpi=40, bbox_inches="tight")
         return Path(path)
 
-    monkeypatch.setattr(compare, "_save", keep)
+    monkeypatch.setattr(comparison_figures, "save", keep)  # where plot_comparison looks it up
     yield figures
     import matplotlib.pyplot as plt
 

@@ -135,7 +135,7 @@ def test_batches_after_the_first_give_the_whole_comparisons_eta(tmp_path):
 
 def test_a_cell_recorded_before_a_field_existed_still_counts_as_finished(tmp_path):
     from felix_jax.experiment import get_preset
-    from felix_jax.experiment.compare import _changed_cell, same_scenario
+    from felix_jax.experiment.compare import changed_cell, same_scenario
 
     sc = get_preset("tiny").with_overrides({"strategy": "felix", "trace_start_s": 30})
     record = json.loads(json.dumps(sc.to_json(), default=str))
@@ -150,8 +150,8 @@ def test_a_cell_recorded_before_a_field_existed_still_counts_as_finished(tmp_pat
     # the matrix's changed-cell check reads the record the same way
     (tmp_path / "config.json").write_text(json.dumps({"scenario": older}))
     (tmp_path / "summary.json").write_text(json.dumps({"stop_reason": "target"}))
-    assert _changed_cell(sc, tmp_path) is None
-    assert "trace_speedup 1.0 -> 3.0" in _changed_cell(sc.with_overrides({"trace_speedup": 3}), tmp_path)
+    assert changed_cell(sc, tmp_path) is None
+    assert "trace_speedup 1.0 -> 3.0" in changed_cell(sc.with_overrides({"trace_speedup": 3}), tmp_path)
 
 
 def _run_folder(root, name, metrics, dispatches):

@@ -118,7 +118,7 @@ def test_results_stream_to_disk_as_the_run_goes(tmp_path, monkeypatch):
         seen.append(((tmp_path / "r" / "config.json").exists(), len(rows) - 1,
                      (tmp_path / "r" / "summary.json").exists()))
 
-    monkeypatch.setattr(runner._Progress, "__call__", watch)
+    monkeypatch.setattr(runner.RunProgress, "__call__", watch)
     result = run(TINY.with_overrides({"max_aggregations": "4", "target_accuracy": "none"}), tmp_path / "r")
     assert seen == [(True, n, False) for n in range(1, len(result.record.checkpoints) + 1)]
     # the streamed file is byte for byte the one the end-of-run writer makes
@@ -137,7 +137,7 @@ def test_a_signal_stops_the_run_after_the_current_event_and_handlers_come_back(t
             os.kill(os.getpid(), signal.SIGTERM)
 
     before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
-    monkeypatch.setattr(runner._Progress, "__call__", interrupt_at_version_2)
+    monkeypatch.setattr(runner.RunProgress, "__call__", interrupt_at_version_2)
     sc = TINY.with_overrides({"max_aggregations": "50", "target_accuracy": "none"})
     result = run(sc, tmp_path / "r", stop_on_signals=True)
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before

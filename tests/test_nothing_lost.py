@@ -281,6 +281,7 @@ def test_a_matrix_cell_killed_outright_resumes_from_its_periodic_snapshot(tmp_pa
     """``snapshot_minutes``: a cell killed outright (no summary, no stop snapshot) continues from its last
     periodic snapshot, to the uninterrupted cell's results; without one it starts again."""
     import felix_jax.experiment.compare as compare
+    import felix_jax.experiment.matrix as matrix
     from felix_jax.experiment import get_preset
     from felix_jax.experiment.compare import run_matrix
     from felix_jax.fleet.simulator import FleetSimulator
@@ -305,8 +306,8 @@ def test_a_matrix_cell_killed_outright_resumes_from_its_periodic_snapshot(tmp_pa
     assert not (cell_dir / "summary.json").exists() and (cell_dir / "snapshot" / "LATEST").is_file()
     monkeypatch.setattr(FleetSimulator, "_checkpoint", original)
     resumed = []
-    real_run = compare.run
-    monkeypatch.setattr(compare, "run", lambda *a, **k: resumed.append(k["resume"]) or real_run(*a, **k))
+    real_run = matrix.run
+    monkeypatch.setattr(matrix, "run", lambda *a, **k: resumed.append(k["resume"]) or real_run(*a, **k))
     done = run_matrix(base, ["fedbuff"], ["avail50"], [0], tmp_path / "m", progress=False, plot=False,
                       snapshot_minutes=1e-9)
     assert resumed == [True] and done[0]["stop_reason"] == "max_aggregations" and done[0]["aggregations"] == 8
@@ -316,7 +317,7 @@ def test_a_matrix_cell_killed_outright_resumes_from_its_periodic_snapshot(tmp_pa
     import felix_jax.fleet.simulator as simulator_module
     from felix_jax.fleet.snapshot import SnapshotError
 
-    monkeypatch.setattr(compare, "run", real_run)
+    monkeypatch.setattr(matrix, "run", real_run)
     monkeypatch.setattr(FleetSimulator, "_checkpoint", killed_at_version_5)
     with pytest.raises(Killed):
         run_matrix(base, ["fedbuff"], ["avail50"], [0], tmp_path / "m2", progress=False, plot=False,
@@ -339,7 +340,7 @@ def test_a_matrix_cell_killed_outright_resumes_from_its_periodic_snapshot(tmp_pa
 
 
 def test_pooled_cells_and_the_table_against_hand_computed_values(tmp_path):
-    from felix_jax.experiment.compare import _sig, comparison_table, pool_cells
+    from felix_jax.experiment.compare import comparison_table, pool_cells, sig
 
     def row(st, seed, hours, gb):
         return {"strategy": st, "availability": "avail50", "seed": seed, "time_to_target_h": hours,
@@ -363,4 +364,4 @@ def test_pooled_cells_and_the_table_against_hand_computed_values(tmp_path):
     # FeLiX reached it alone on seed 1: its win
     assert table[3].split() == ["avail50", "fedbuff", "1/2", "3.00", "-", "-", "-", "x3.00", "n=1", "2/2", "1.00",
                                 "3.00,", "-"]
-    assert [_sig(x) for x in (0.021666, 1.4551, 123.4, 0.0)] == ["0.0217", "1.46", "123", "0"]
+    assert [sig(x) for x in (0.021666, 1.4551, 123.4, 0.0)] == ["0.0217", "1.46", "123", "0"]

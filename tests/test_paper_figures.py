@@ -1,4 +1,4 @@
-"""The paper's diagnostic figures (experiment/paper_figures.py) from hand-built runs."""
+"""The paper's diagnostic figures (experiment/figures/paper.py) from hand-built runs."""
 
 import json
 

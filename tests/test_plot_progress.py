@@ -8,7 +8,7 @@ import pytest
 from felix_jax.cli import main
 from felix_jax.experiment import get_preset
 from felix_jax.experiment.compare import SUMMARY_COLUMNS, rows_from_summary_csv, run_matrix
-from felix_jax.experiment.runner import _Progress, run
+from felix_jax.experiment.runner import RunProgress, run
 from felix_jax.fleet.simulator import Checkpoint
 
 TINY = get_preset("tiny")  # target 0.5, at most 60 aggregations or 6 virtual hours
@@ -29,7 +29,7 @@ def checkpoint(version: int, hours: float, accuracy: float) -> Checkpoint:
 
 def test_progress_reports_each_part_of_the_stop_rule_and_the_nearest_cap():
     clock = FakeClock()
-    progress = _Progress(TINY, enabled=False, clock=clock)
+    progress = RunProgress(TINY, enabled=False, clock=clock)
     first = progress.update(checkpoint(0, 0.0, 0.1))
     assert first.aggregations == 0 and first.virtual_time == 0
     assert first.accuracy == pytest.approx(0.1 / 0.5)
@@ -49,7 +49,7 @@ def test_progress_reports_each_part_of_the_stop_rule_and_the_nearest_cap():
 
 def test_progress_eta_follows_the_recent_rate_and_the_window_is_the_stop_rules():
     clock = FakeClock()
-    progress = _Progress(TINY.with_overrides({"max_aggregations": 1000}), enabled=False, clock=clock, recent=3)
+    progress = RunProgress(TINY.with_overrides({"max_aggregations": 1000}), enabled=False, clock=clock, recent=3)
     for v in range(30):  # slow at first (10 s each), then 1 s each: the ETA uses only the last 3 samples
         clock.now = 10.0 * v if v < 20 else 190.0 + (v - 19)
         p = progress.update(checkpoint(v, 0.5 * v / 29, 0.2))
@@ -65,7 +65,7 @@ def test_progress_eta_follows_the_recent_rate_and_the_window_is_the_stop_rules()
 def test_progress_without_a_target_or_a_time_limit():
     clock = FakeClock()
     sc = TINY.with_overrides({"target_accuracy": "none", "max_virtual_hours": "inf"})
-    progress = _Progress(sc, enabled=False, clock=clock)
+    progress = RunProgress(sc, enabled=False, clock=clock)
     for v in range(5):
         clock.now = 2.0 * v
         p = progress.update(checkpoint(v, 0.1 * v, 0.3))
@@ -79,7 +79,7 @@ def test_progress_of_a_run_that_goes_on_past_its_target():
     """``stop_at_target=false`` (drifting streams): the target ends nothing, so it is no part of the
     progress; the postfix still shows the accuracy against it."""
     clock = FakeClock()
-    progress = _Progress(TINY.with_overrides({"stop_at_target": "false"}), enabled=False, clock=clock)
+    progress = RunProgress(TINY.with_overrides({"stop_at_target": "false"}), enabled=False, clock=clock)
     for v in range(3):
         clock.now = float(v)
         p = progress.update(checkpoint(v, 0.06 * v, 0.9))
@@ -88,7 +88,7 @@ def test_progress_of_a_run_that_goes_on_past_its_target():
 
 
 def test_progress_bar_draws_the_stop_rule(capsys):
-    progress = _Progress(TINY, enabled=True, clock=FakeClock(), terminal=True)
+    progress = RunProgress(TINY, enabled=True, clock=FakeClock(), terminal=True)
     progress(checkpoint(3, 0.02, 0.25))
     progress.close()
     err = capsys.readouterr().err
@@ -98,7 +98,7 @@ def test_progress_bar_draws_the_stop_rule(capsys):
 
 def test_progress_never_goes_backwards_and_gives_no_eta_without_a_basis():
     clock = FakeClock()
-    progress = _Progress(TINY, enabled=False, clock=clock)
+    progress = RunProgress(TINY, enabled=False, clock=clock)
     shown, etas = [], []
     for v, acc in enumerate([0.1, 0.4, 0.45, 0.2, 0.1, 0.05, 0.3, 0.5, 0.6, 0.6]):  # accuracy falls, recovers
         clock.now = float(v)
@@ -115,7 +115,7 @@ def test_progress_starts_at_zero_until_the_first_checkpoint_after_t0(capsys):
     """The initial model's accuracy (0.1 of a 0.5 target) is no progress: the first line says 0%,
     not 20%; the next checkpoint counts it in the window's mean, as the stop rule does."""
     clock = FakeClock()
-    progress = _Progress(TINY, enabled=True, clock=clock, every_s=0.0, terminal=False)
+    progress = RunProgress(TINY, enabled=True, clock=clock, every_s=0.0, terminal=False)
     progress(checkpoint(0, 0.0, 0.1))
     assert progress.latest.shown == 0.0 and progress.latest.accuracy == pytest.approx(0.2)
     clock.now = 1.0
@@ -129,7 +129,7 @@ def test_progress_starts_at_zero_until_the_first_checkpoint_after_t0(capsys):
 
 def test_progress_outside_a_terminal_prints_plain_periodic_lines(capsys):
     clock = FakeClock()
-    progress = _Progress(TINY, enabled=True, clock=clock, every_s=10.0, terminal=False)
+    progress = RunProgress(TINY, enabled=True, clock=clock, every_s=10.0, terminal=False)
     for v in range(30):  # one checkpoint per wall second: a line at 0, 10, 20 s and one at the end
         clock.now = float(v)
         progress(checkpoint(v, 0.001 * v, 0.1))
@@ -178,11 +178,11 @@ def test_an_accuracy_curve_runs_to_the_runs_end_not_its_last_checkpoint(tmp_path
     """A stalled run (last checkpoint at 0.5 h, stopped at 2 h) stays flat to 2 h, then NaN."""
     import numpy as np
 
-    from felix_jax.experiment.compare import _accuracy_curves
+    from felix_jax.experiment.compare import accuracy_curves
 
     (tmp_path / "metrics.csv").write_text("time_s,hours,accuracy\n0,0.0,0.1\n1800,0.5,0.2\n")
     row = {"strategy": "s", "availability": "a", "run_dir": str(tmp_path), "_summary": {"end_time_s": 7200.0}}
     grid = np.array([0.0, 0.25, 0.5, 1.9, 2.0, 2.5])
-    np.testing.assert_array_equal(_accuracy_curves([row], "s", "a", grid)[0], [0.1, 0.1, 0.2, 0.2, 0.2, np.nan])
+    np.testing.assert_array_equal(accuracy_curves([row], "s", "a", grid)[0], [0.1, 0.1, 0.2, 0.2, 0.2, np.nan])
     row["_summary"] = {}  # no end recorded: the last checkpoint
-    np.testing.assert_array_equal(_accuracy_curves([row], "s", "a", grid)[0], [0.1, 0.1, 0.2, np.nan, np.nan, np.nan])
+    np.testing.assert_array_equal(accuracy_curves([row], "s", "a", grid)[0], [0.1, 0.1, 0.2, np.nan, np.nan, np.nan])

@@ -1,4 +1,4 @@
-"""The statistics of a comparison pooled over seeds (compare.py, paper_matrix.py's table),
+"""The statistics of a comparison pooled over seeds (stats.py and tables.py, paper_matrix.py's table),
 against values computed by hand."""
 
 import csv

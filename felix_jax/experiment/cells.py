@@ -1,7 +1,7 @@
 """A comparison's cells by name: a strategy spec (``NAME`` or a variant ``NAME@KEY=VALUE;...``), the
-scenario overrides it stands for, ``--sweep`` specs crossed into variants, and a regime as tables
-show it. Pure string work that imports nothing of the package: the matrix (compare.py), its figures
-and its variant checks all read cells through it."""
+scenario overrides it stands for, ``--sweep`` specs crossed into variants, a regime as tables show it
+and a cell's results folder (:func:`cell_dir`). Pure string work that imports nothing of the package:
+the matrix (matrix.py), the tables, the figures and the variant checks all read cells through it."""
 
 from __future__ import annotations
 
@@ -13,6 +13,16 @@ AXES = {"strategy": "--strategies", "availability": "--availability", "seed": "-
 def regime_label(regime: str) -> str:
     """A regime as tables and figure titles show it: a trace file by its base name, not its path."""
     return Path(regime).name if "/" in regime or "\\" in regime else regime
+
+
+def cell_dir(out: Path, strategy: str, regime: str, seed: int) -> Path:
+    """A cell's results folder in a comparison's folder ``out``: ``runs/<strategy>-<regime>-seed<k>``, one
+    path component whatever the strategy's options or the regime's file path hold."""
+    name = strategy.replace("@", "+").replace("=", "-").replace(";", "+")  # a variant's label too
+    name = name.replace("/", "_").replace("\\", "_")  # an option's value that is a path: one folder
+    if "/" in regime or "\\" in regime:  # a trace file: its name, not its path, names the folder
+        regime = "file_" + Path(regime).name
+    return out / "runs" / f"{name}-{regime.replace(':', '_')}-seed{seed}"
 
 
 def parse_sweep(spec: str) -> tuple[str, list[str]]:

@@ -100,37 +100,10 @@ def read_event_log(path: str | Path) -> list:
 
 def plot_participation(events: list, num_clients: int, path: str | Path, title: str = "") -> Path:
     """``participation.png``: updates per client, most first, with the fairness indices (left), and
-    when each client's updates entered an aggregation (right: a client raster over virtual hours)."""
-    import matplotlib
+    when each client's updates entered an aggregation (right: a client raster over virtual hours);
+    drawn by :func:`~felix_jax.experiment.figures.run.participation_figure`."""
+    from .figures.run import participation_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    counts = updates_per_client(events, num_clients)
-    stats = participation(events, num_clients)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
-    order = np.argsort(-counts, kind="stable")
-    left.bar(np.arange(num_clients), counts[order], width=1.0, color="tab:blue")
-    left.set_xlabel("clients, most updates first (rank)")
-    left.set_ylabel("updates aggregated (count)")
-
-    def fmt(v):
-        return "-" if v is None else f"{v:.2f}"
-
-    left.set_title(f"{stats['clients_trained']} of {num_clients} clients; Gini {fmt(stats['participation_gini'])}, "
-                   f"Jain {fmt(stats['participation_jain'])}, top 10% {fmt(stats['participation_top10_share'])}",
-                   fontsize=9)
-    agg = [(r[0] / 3600, r[2]) for r in events if r[1] == "aggregated"]
-    if agg:
-        t, c = zip(*agg)
-        right.scatter(t, c, s=30, marker="|", linewidths=1.0, color="tab:blue")
-    right.set_xlabel("virtual hours")
-    right.set_ylabel("client id")
-    right.set_title("updates entering an aggregation", fontsize=9)
-    for ax in (left, right):
-        ax.grid(alpha=0.3)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return Path(path)
+    aggregated = [(r[0] / 3600, r[2]) for r in events if r[1] == "aggregated"]
+    return participation_figure(updates_per_client(events, num_clients), participation(events, num_clients),
+                                aggregated, path, title)

@@ -5,7 +5,7 @@ every figure is embedded as a PNG data URI), so it opens offline, attaches to a 
 checked in. It holds, from the comparison's files (``summary.csv``, ``table.txt``, the figures and
 each cell's ``config.json`` / ``summary.json``):
 
-* the warnings: a cell of fewer than 3 seeds (:func:`~.compare.few_seeds_warning`), the table's
+* the warnings: a cell of fewer than 3 seeds (:func:`~.tables.few_seeds_warning`), the table's
   own warning lines, cells that stopped other than at a cap or the target (stalled, diverged,
   interrupted, out of wall budget), strategies no seed of which reached the target on a regime,
   cells folders or figures that are missing;
@@ -28,8 +28,10 @@ import json
 import time
 from pathlib import Path
 
-from .compare import (FIGURES, FEW_SEEDS, _sig, few_seeds_warning, paired_text, per_seed_text, pool_cells,
-                      regime_label, rows_from_summary_csv)
+from .cells import regime_label
+from .figures.comparison import FIGURES
+from .stats import pool_cells
+from .tables import FEW_SEEDS, few_seeds_warning, paired_text, per_seed_text, rows_from_summary_csv, sig
 
 REPORT_FILE = "report.html"
 AXES = ("strategy", "availability", "seed")
@@ -59,7 +61,7 @@ def _num(value, digits: int = 3) -> str:
         return "-"
     if isinstance(value, int) or float(value).is_integer() and abs(value) < 1e15:
         return f"{int(value):,}"
-    return _sig(float(value), digits)
+    return sig(float(value), digits)
 
 
 def _img(path: Path, alt: str) -> str:
@@ -139,7 +141,7 @@ def _pooled_table(pooled: list[dict], reference: str) -> str:
         + "</tr></thead><tbody>"]
     for p in pooled:
         ci = ("-" if p["hours_ci95_low"] is None else
-              f"[{_sig(p['hours_ci95_low'])}, {_sig(p['hours_ci95_high'])}]")
+              f"[{sig(p['hours_ci95_low'])}, {sig(p['hours_ci95_high'])}]")
         few = " (n &lt; 3)" if p["n_seeds"] < FEW_SEEDS else ""
         cls = " class='ref'" if p["strategy"] == reference else ""
         cells = [f"<td class='l'>{_e(regime_label(p['availability']))}</td>", f"<td class='l'>{_e(p['strategy'])}</td>",

@@ -32,7 +32,7 @@ from ..traces.data_paths import DataFileError, reading
 METRIC_COLUMNS = ["time_s", "hours", "version", "accuracy", "loss", "bytes_total", "staleness_mean", "interval_s"]
 # what a run writes into its folder (a replacing run replaces these and its snapshot, nothing else)
 RESULT_FILES = ("config.json", "metrics.csv", "summary.json", "distributions.json", "accuracy.png", EVENTS_FILE,
-                "participation.png", "tensorboard")  # tensorboard/: --log-to tensorboard (experiment/writers.py)
+                "participation.png", "tensorboard")  # tensorboard/: --log-to tensorboard (experiment/writers/)
 SNAPSHOT_DIR = "snapshot"  # a run's snapshots (felix_jax.fleet.snapshot), for --resume
 
 
@@ -123,7 +123,7 @@ STAGING_DIR = ".felix-jax-new"
 RETIRED_DIR = ".felix-jax-old"
 # a run's own results (not a comparison's: compare also writes an accuracy.png)
 RUN_MARKERS = ("config.json", "metrics.csv", "summary.json", "distributions.json", SNAPSHOT_DIR)
-COMPARE_MARKERS = ("summary.csv", "runs")  # what makes a folder a comparison's (compare.py)
+COMPARE_MARKERS = ("summary.csv", "runs")  # what makes a folder a comparison's (matrix.py)
 
 
 def _json_object_with(path: Path, key: str) -> bool:
@@ -377,6 +377,11 @@ def _count_compile(event: str, _seconds: float, **_kwargs) -> None:
 jax.monitoring.register_event_duration_secs_listener(_count_compile)
 
 
+def compile_count() -> int:
+    """XLA programs compiled in this process so far."""
+    return _compiles["total"]
+
+
 def summarize(record: RunRecord, seed: int, batches: dict) -> dict:
     """The run's summary.json. ``xla_compilations``: XLA programs compiled in this process since
     the previous summary (or since start): a run's build and run when runs go one after another."""
@@ -460,27 +465,14 @@ def run_title(config: dict) -> str:
 
 
 def plot_accuracy(record: RunRecord, path: Path, title: str = "", target: float | None = None) -> None:
-    """``accuracy.png`` of a record's test checkpoints. A record without checkpoints (every run has
+    """``accuracy.png`` of a record's test checkpoints (drawn by
+    :func:`~felix_jax.experiment.figures.run.accuracy_figure`). A record without checkpoints (every run has
     one at t=0: what is plotted came from an empty or unreadable ``metrics.csv``) is refused with a
     ValueError naming that file, never drawn as an empty figure."""
     if not record.checkpoints:
         raise DataFileError(Path(path).parent / "metrics.csv",
                             f"no test checkpoints to plot (empty, header only, or not a run's metrics.csv "
                             f"with the header {','.join(METRIC_COLUMNS)})")
-    import matplotlib
+    from .figures.run import accuracy_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    hours = [c.time_s / 3600 for c in record.checkpoints]
-    ax.plot(hours, [c.accuracy for c in record.checkpoints], lw=1.2)
-    if target:
-        ax.axhline(target, color="grey", ls="--", lw=0.8)
-    ax.set_xlabel("virtual hours")
-    ax.set_ylabel("test accuracy")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    accuracy_figure(record.checkpoints, path, title, target)

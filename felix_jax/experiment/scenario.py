@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..options import OptionError, _type_name, parse_value
+from ..options import OptionError, parse_value, type_name
 from ..suggest import did_you_mean, known_names
 
 POLICY_FIELDS = ("selector", "eval_selector", "aggregator", "update_guard")
@@ -357,7 +357,7 @@ def _check_types(sc: Scenario) -> None:
               str: lambda v: isinstance(v, str),
               dict: lambda v: isinstance(v, dict)}[base](value)
         if not ok:
-            raise OptionError(f"{name}={value!r}: expected {_type_name(hint)}, got {type(value).__name__}")
+            raise OptionError(f"{name}={value!r}: expected {type_name(hint)}, got {type(value).__name__}")
 
 
 def _names_file(field: str, value) -> bool:

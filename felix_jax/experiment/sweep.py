@@ -36,7 +36,7 @@ import numpy as np
 from ..cohort.buckets import next_pow2
 from ..cohort.evaluate import evaluate_many, evaluate_weighted_many
 from ..cohort.group import Request, SharedCohort, array_fingerprint
-from .results import _compiles
+from .results import compile_count
 from .scenario import Scenario
 
 # a flush holds waiting training requests back at most this many times in a row (_maybe_flush)
@@ -328,7 +328,7 @@ def run_sweep(jobs: list[SweepJob], batch: int | None = None, *, plot: bool = Tr
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, on_signal)
     t_start = time.perf_counter()
-    compiles_at_start = _compiles["total"]
+    compiles_at_start = compile_count()
     walls: list[float] = []  # wall seconds per experiment of each finished batch: the sweep's ETA
     try:
         batches = plan_batches(jobs, batch)
@@ -379,5 +379,5 @@ def run_sweep(jobs: list[SweepJob], batch: int | None = None, *, plot: bool = Tr
     stopped = sum(r is not None and r.summary["stop_reason"] == "interrupted" for r in results)
     log(f"sweep: {sum(r is not None for r in results)}/{len(jobs)} experiments"
         + (f" ({stopped} stopped by a signal, resumable)" if stopped else "") + " in "
-        f"{time.perf_counter() - t_start:.1f} s, {_compiles['total'] - compiles_at_start} XLA compilations")
+        f"{time.perf_counter() - t_start:.1f} s, {compile_count() - compiles_at_start} XLA compilations")
     return results

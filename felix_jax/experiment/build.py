@@ -1,0 +1,168 @@
+"""A scenario's fleet: :func:`build_simulator` loads the data, splits it over the clients
+(``partition``: Dirichlet, iid, by a natural key, the paper's client sizes, or a pool larger than
+the data), checks that the population fits in memory, and assembles the cohort engine, the
+availability trace, the device profile, the policies and the stop rule into a
+:class:`~felix_jax.fleet.simulator.FleetSimulator`. :func:`run_config` is what ``config.json``
+records of it. It runs nothing: runner.py runs what it builds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+
+from ..cohort import CohortEngine, LocalEvalConfig, LocalTrainConfig
+from ..data.federated import held_out_to_device, to_device
+from ..data.loaders import load_dataset
+from ..data.partition import (Partition, dirichlet_partition, dirichlet_sized_partition, iid_partition, partition_by_key,
+                              pool_partition, scale_counts)
+from ..data.streams import build_streams, streams_to_device
+from ..fleet.modes import AsyncMode, SyncMode
+from ..fleet.simulator import FleetSimulator
+from ..memory import check_fits
+from ..options import OptionError, to_json
+from ..policies import make_aggregator, make_selector
+from ..traces import load_reference_clients
+from .registry import make_model, make_profile, make_trace
+from .resolution import check_fleet, fleet_config, stop_rule
+from .scenario import Scenario
+
+
+def build_simulator(sc: Scenario, on_checkpoint=None) -> FleetSimulator:
+    """The fleet for ``sc``. Raises :class:`~felix_jax.options.OptionError` (one line) for a
+    scenario that is valid field by field but not as a whole, or not for its data."""
+    resolved = sc.resolve_strategy()
+    strategy = resolved.strategy
+    check_fleet(sc, strategy)
+    ds = load_dataset(sc.dataset)
+    for field, wanted, have, kind in (("num_train", sc.num_train, len(ds.train_y), "training"),
+                                      ("num_test", sc.num_test, len(ds.test_y), "test")):
+        if wanted is not None and wanted > have:  # refused, not silently clamped
+            raise OptionError(f"{field}={wanted}: data set {sc.dataset!r} has only {have} {kind} samples")
+    if sc.num_train is not None or sc.num_test is not None:
+        ds = ds.subset(sc.num_train, sc.num_test)
+    seeds = np.random.SeedSequence(sc.seed).spawn(5)  # partition, trace, profile, model init, streams
+    part_seed = int(seeds[0].generate_state(1)[0])
+    _check_population(sc, len(ds.train_y))
+    try:
+        part = _partition(sc, ds, part_seed)
+    except OptionError:
+        raise
+    except ValueError as e:  # what the data cannot give (too few samples of a key, of a class...): one line
+        raise OptionError(f"partition={sc.partition} of {sc.num_clients} clients over data set {sc.dataset!r}: "
+                          f"{e}") from None
+    model = make_model(sc.model, ds.input_shape, ds.num_classes)
+    reading = sc.resolve_reading()
+    train_cfg = LocalTrainConfig(batch_size=sc.batch_size, learning_rate=sc.learning_rate, mode=sc.local_mode,
+                                 local_epochs=sc.local_epochs, local_steps=sc.local_steps, augment=sc.augment,
+                                 min_one_step=reading.small_clients != "zero_step",
+                                 utility_on_augmented=reading.utility_augmented)
+    eval_cfg = LocalEvalConfig(batch_size=sc.batch_size, max_batches=sc.eval_max_batches)
+    streams = None
+    stream_cfg = sc.resolve_stream()
+    if not stream_cfg.is_static:  # client data streams over the run's horizon (data/streams.py)
+        streams = build_streams(part, ds.train_y, ds.num_classes, stream_cfg, sc.max_virtual_hours * 3600,
+                                seed=seeds[4])
+        part = Partition(streams.index_table, part.counts, part.num_samples, part.method + "+stream")
+    data = to_device(ds, part)
+    if streams is not None:
+        data = data.replace(streams=streams_to_device(streams))
+    engine = CohortEngine(model, data, train_cfg, eval_cfg, seed=sc.seed, plan=sc.plan, devices=sc.devices,
+                          streams=streams, no_step=reference_zero_step(sc, reading.small_clients))
+    trace = make_trace(sc.availability, sc.num_clients, int(seeds[1].generate_state(1)[0]), sc.slot_s,
+                       sc.max_virtual_hours * 3600, start_s=sc.trace_start_s, speedup=sc.trace_speedup,
+                       form=sc.trace_form)
+    profile = make_profile(sc.device_profile, sc.num_clients, int(seeds[2].generate_state(1)[0]))
+    fleet_cfg = fleet_config(sc, strategy)
+    aggregator = make_aggregator(strategy.aggregator, resolved.aggregator)
+    stop = stop_rule(sc)
+    init = model.init(jax.random.key(int(seeds[3].generate_state(1)[0])))
+    eval_selector = make_selector(strategy.eval_selector, resolved.eval_selector) if strategy.eval_selector else None
+    return FleetSimulator(
+        model=model, engine=engine, trace=trace, profile=profile, test=held_out_to_device(ds), init_params=init,
+        config=fleet_cfg, selector=make_selector(strategy.selector, resolved.selector), aggregator=aggregator,
+        mode=SyncMode() if strategy.mode == "sync" else AsyncMode(), stop=stop, seed=sc.seed,
+        eval_selector=eval_selector, update_guard=sc.resolve_update_guard(),
+        eval_budget=resolved.eval_selector.budget(sc.aggregation_goal) if eval_selector else 0,
+        on_checkpoint=on_checkpoint,
+        live_mix=streams.schedule.population_mix if streams is not None and stream_cfg.live_eval else None)
+
+
+def _partition(sc: Scenario, ds, part_seed: int) -> Partition:
+    """The scenario's split of the training data over its clients."""
+    if sc.partition == "dirichlet":
+        return dirichlet_partition(ds.train_y, sc.num_clients, sc.alpha, seed=part_seed)
+    elif sc.partition == "iid":
+        return iid_partition(len(ds.train_y), sc.num_clients, seed=part_seed)
+    elif sc.partition in ("natural", "speaker"):
+        if ds.train_keys is None:
+            raise OptionError(f"partition={sc.partition!r}: data set {ds.name} has no per-sample client ids "
+                              "(speakers, writers...) to partition by")
+        return partition_by_key(ds.train_keys, sc.num_clients, seed=part_seed)
+    elif sc.partition == "reference":
+        return dirichlet_sized_partition(ds.train_y, reference_sizes(sc.num_clients, len(ds.train_y)), sc.alpha,
+                                         seed=part_seed)
+    elif sc.partition == "pool":  # a population larger than the data: clients draw from the whole pool
+        base = reference_sizes(min(300, len(ds.train_y)), len(ds.train_y))  # the paper's clients on this pool
+        return pool_partition(ds.train_y, base[np.arange(sc.num_clients) % base.size], sc.alpha, seed=part_seed)
+    else:
+        raise KeyError(f"unknown partition {sc.partition!r}; known: dirichlet, iid, natural (speaker), reference, "
+                       "pool")
+
+
+def reference_zero_step(sc: Scenario, small_clients: str) -> np.ndarray | None:
+    """``reading.small_clients=zero_step_reference``: the clients the FeLiX code's loader never trained in
+    the paper's runs, those whose own size in the paper (the reference file, before a subset scaled it
+    down) is under one batch (drop_last, AS-RUN A2: 57 of the 300 at batch 32), as a boolean per client;
+    None for any other value. Needs the paper's clients (``partition=reference``) and the epoch loader
+    (checked by :func:`check_fleet`)."""
+    if small_clients != "zero_step_reference":
+        return None
+    return paper_client_sizes(sc.num_clients) < sc.batch_size
+
+
+# a client's host and device memory besides its data rows (server view, trace rows, profile, counts): an
+# upper estimate (avail50 holds ~650 bytes of trace rows per client over a day)
+CLIENT_OVERHEAD_BYTES = 1024
+
+
+def _check_population(sc: Scenario, num_samples: int) -> None:
+    """The population against the data: every client of a split partition holds samples of its own, so
+    more clients than training samples is refused (``pool`` clients draw from the whole set); and the
+    clients' tables (the int32 index table, ``num_clients x`` the largest client, on the host and the
+    device, and each client's bookkeeping) must fit in memory. Raises OptionError naming the field."""
+    if sc.partition != "pool" and sc.num_clients > num_samples:
+        raise OptionError(f"num_clients={sc.num_clients}: data set {sc.dataset!r} has {num_samples} training "
+                          f"samples{' (num_train)' if sc.num_train is not None else ''}, fewer than the clients, "
+                          f"and partition={sc.partition} gives each client samples of its own; use at most "
+                          f"{num_samples} clients, more data, or partition=pool (clients draw from the whole set)")
+    if sc.partition == "pool":  # the widest row: the largest of the paper's sizes on this pool
+        widest = int(reference_sizes(min(300, num_samples), num_samples).max())
+    else:  # rows of a split: the clients share the samples
+        widest = -(-num_samples // sc.num_clients)
+    row = 2 * 4 * widest + CLIENT_OVERHEAD_BYTES
+    check_fits(sc.num_clients * row, f"num_clients={sc.num_clients}",
+               f"the clients' tables (about {row:,} bytes per client)")
+
+
+def reference_sizes(num_clients: int, num_samples: int) -> np.ndarray:
+    """The paper's per-client CIFAR-10 sizes (shared reference file; cycled past 300
+    clients), scaled in proportion when the data set holds fewer samples."""
+    sizes = paper_client_sizes(num_clients)
+    return scale_counts(sizes, num_samples) if sizes.sum() > num_samples else sizes
+
+
+def paper_client_sizes(num_clients: int) -> np.ndarray:
+    """Each client's own CIFAR-10 size in the paper (the shared reference file, cycled past its 300)."""
+    return load_reference_clients().num_samples[np.arange(num_clients) % 300]
+
+
+def run_config(sc: Scenario, sim: FleetSimulator) -> dict[str, Any]:
+    """``config.json``: the scenario and everything resolved from it (known before the run starts)."""
+    resolved = sc.resolve_strategy()
+    return {"scenario": sc.to_json(), "strategy": resolved.strategy.to_json(), "policies": resolved.to_json(),
+            "update_guard": to_json(sim.update_guard), "fleet": to_json(sim.cfg),
+            "stop": to_json(sim.stop), "model": {"name": sim.model.name, "num_params": sim.model.num_params,
+                      "bytes_on_wire": sim.model.bytes_on_wire},
+            "backend": jax.default_backend(), "jax": jax.__version__}

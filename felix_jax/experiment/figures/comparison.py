@@ -1,0 +1,338 @@
+"""A comparison's figures (``felix-jax compare``, ``felix-jax plot`` of a comparison's folder):
+``accuracy.png`` (accuracy against virtual hours per regime, the mean over seeds with a min-max band),
+``bytes.png`` (GB per strategy, train and eval stacked), ``cdfs.png`` (staleness, utility age and
+relative aggregation weights) and ``time_to_target.png`` (hours to the target seed by seed, their
+mean with its 95% interval, and each strategy's paired ratio to the reference), drawn from the rows
+of :func:`~felix_jax.experiment.matrix.run_matrix` (or ``summary.csv``) and each cell's files.
+Statistics from stats.py, the look from style.py."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from ..cells import regime_label
+from ..stats import default_reference, hours_stats, paired_ratio, pool_cells, versus_reference
+from ..tables import sig, target_of
+from .style import (EVAL_COLOR, FONT_L, FONT_M, FONT_S, GRID_ALPHA, NOTE_COLOR, TRAIN_COLOR, labels_width,
+                    legend_below, no_values_note, pyplot, save, strategy_styles)
+
+FIGURES = ("accuracy.png", "bytes.png", "cdfs.png", "time_to_target.png")
+
+
+def accuracy_curves(rows: list[dict], st: str, rg: str, grid: np.ndarray) -> np.ndarray | None:
+    """(seeds, len(grid)) accuracy of each seed's run, held between checkpoints up to the run's end
+    (its summary's ``end_time_s``, else its last checkpoint: a stalled run stays flat to where it
+    stopped), NaN after it."""
+    curves = []
+    for r in rows:
+        if r["strategy"] != st or r["availability"] != rg:
+            continue
+        data = np.genfromtxt(Path(r["run_dir"]) / "metrics.csv", delimiter=",", names=True)
+        hours, acc = np.atleast_1d(data["hours"]), np.atleast_1d(data["accuracy"])
+        end_s = (r.get("_summary") or {}).get("end_time_s")
+        end_h = max(float(hours[-1]), end_s / 3600 if end_s is not None else 0.0)
+        idx = np.searchsorted(hours, grid, side="right") - 1
+        curve = np.where(idx >= 0, acc[np.clip(idx, 0, None)], np.nan)
+        curves.append(np.where(grid <= end_h, curve, np.nan))
+    return np.array(curves) if curves else None
+
+
+def _drawing_order(strategies: list[str], reference: str | None) -> list[str]:
+    """The reference last: drawn on top of the others."""
+    return [st for st in strategies if st != reference] + ([reference] if reference in strategies else [])
+
+
+def _end_hours(row: dict) -> float | None:
+    """Where a run ended, in virtual hours: its summary's ``end_time_s`` (from the row, else its
+    ``summary.json``), else its last checkpoint; None if none of them can be read."""
+    summary = row.get("_summary")
+    if not summary:
+        try:
+            summary = json.loads((Path(row["run_dir"]) / "summary.json").read_text())
+        except (OSError, ValueError, KeyError, TypeError):
+            summary = {}
+    if summary.get("end_time_s") is not None:
+        return summary["end_time_s"] / 3600
+    try:
+        data = np.genfromtxt(Path(row["run_dir"]) / "metrics.csv", delimiter=",", names=True)
+        return float(np.atleast_1d(data["hours"])[-1])
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
+
+
+def fit_bar_labels(fig, axes, pad_px: float = 4.0) -> None:
+    """``bytes.png``'s bar labels (annotations right of each bar's end) without an axis that runs far
+    past the longest bar: a label that would cross the axes' right edge moves inside its bar (right
+    aligned, white) when the bar is long enough to hold it; otherwise the shared hours axis grows
+    just enough for it. Call after ``tight_layout`` (it measures the drawn labels)."""
+    renderer = fig.canvas.get_renderer()
+    right = axes[0].get_xlim()[1]
+    needed = right
+    for ax in axes:
+        width = ax.get_window_extent(renderer).width
+        for label in ax.texts:
+            end = label.xy[0]
+            text_px = label.get_window_extent(renderer).width
+            bar_px = width * end / right
+            if bar_px + text_px + 2 * pad_px <= width:
+                continue  # fits beside its bar
+            if text_px + 2 * pad_px <= bar_px:
+                label.set_horizontalalignment("right")
+                label.set_position((-pad_px * 72 / fig.dpi, 0))  # offset points
+                label.set_color("white")
+                continue
+            needed = max(needed, end * width / max(width - text_px - 2 * pad_px, 1.0))
+    if needed > right:
+        axes[0].set_xlim(0, needed)  # the axes are shared: every panel follows
+
+
+def plot_comparison(rows: list[dict], strategies: list[str], regimes: list[str], out: Path,
+                    target: float | None = None, reference: str | None = None) -> list[Path]:
+    """``accuracy.png`` (mean over seeds with a min-max band, the target line, shared axes, one
+    legend below), ``bytes.png`` (GB per strategy, train and eval stacked, each bar labelled with its
+    total and eval share), ``cdfs.png`` (per regime: staleness at aggregation, utility age at a train
+    pick and aggregation weight relative to the strategy's mean weight; a strategy with no such
+    values says so) and, when there is a target, ``time_to_target.png`` (:func:`plot_time_to_target`).
+    Every strategy keeps one color and line style (:func:`strategy_styles`); the ``reference``
+    (default ``felix``, else the first strategy) is drawn on top. A trace file's regime is titled by
+    its file name."""
+    plt = pyplot()
+
+    target = target_of(rows) if target is None else target
+    reference = default_reference(strategies) if reference is None else reference
+    paths = []
+    for name in FIGURES:  # every figure is redrawn from the cells there are: none outlives its data
+        (out / name).unlink(missing_ok=True)
+    styles = strategy_styles(strategies, reference)
+    order = _drawing_order(strategies, reference)
+    seeds = sorted({r["seed"] for r in rows})
+    end_h = max([h for h in map(_end_hours, rows) if h is not None] or [0.0])
+    grid = np.linspace(0.0, max(end_h, 1e-6), 400)
+    fig, axes = plt.subplots(1, len(regimes), figsize=(max(4.2 * len(regimes), 5.0), 3.6), squeeze=False,
+                             sharex=True, sharey=True)
+    handles: dict[str, object] = {}
+    for ax, rg in zip(axes[0], regimes):
+        for st in order:
+            curves = accuracy_curves(rows, st, rg, grid)
+            if curves is None:
+                continue
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns after every run's end
+                mean, lo, hi = np.nanmean(curves, 0), np.nanmin(curves, 0), np.nanmax(curves, 0)
+            (handles[st],) = ax.plot(grid, mean, label=st, **styles[st])
+            if len(curves) > 1:
+                ax.fill_between(grid, lo, hi, color=styles[st]["color"], alpha=0.15, lw=0,
+                                zorder=styles[st]["zorder"] - 1)
+        if target is not None:
+            handles["_target"] = ax.axhline(target, color="k", ls="--", lw=0.8, zorder=1)
+        ax.set_title(regime_label(rg))
+        ax.set_xlabel("virtual hours")
+        ax.set_ylabel("test accuracy (fraction correct)")
+        ax.grid(alpha=GRID_ALPHA)
+    fig.suptitle(f"mean over seeds {','.join(map(str, seeds))}, band: min-max" if len(seeds) > 1
+                 else f"seed {seeds[0]}" if seeds else "", fontsize=FONT_L)
+    fig.tight_layout()
+    names = [st for st in strategies if st in handles] + (["_target"] if "_target" in handles else [])
+    if names:
+        legend_below(fig, [handles[n] for n in names],
+                      [f"target {target:g}" if n == "_target" else n for n in names])
+    paths.append(save(fig, out / "accuracy.png"))
+
+    pooled = {(p["strategy"], p["availability"]): p for p in pool_cells(rows, strategies, regimes, reference)}
+    rows_in = len(strategies)  # horizontal bars: a long label (a sweep's variant) reads along its row
+    fig, axes = plt.subplots(1, len(regimes), figsize=(4.2 * len(regimes) + labels_width(strategies),
+                                                       1.3 + 0.4 * rows_in), squeeze=False, sharex=True, sharey=True)
+    top = max([p["gb_train"] + p["gb_eval"] for p in pooled.values()] or [0.0])
+    for ax, rg in zip(axes[0], regimes):
+        names = [st for st in strategies if (st, rg) in pooled]
+        train = [pooled[st, rg]["gb_train"] for st in names]
+        ev = [pooled[st, rg]["gb_eval"] for st in names]
+        y = [strategies.index(st) for st in names]
+        ax.barh(y, train, label="train", color=TRAIN_COLOR)
+        ax.barh(y, ev, left=train, label="eval", color=EVAL_COLOR)
+        for yi, t, e in zip(y, train, ev):
+            share = f", eval {100 * e / (t + e):.1f}%" if e > 0 else ""
+            ax.annotate(f"{sig(t + e)} GB{share}", (t + e, yi), ha="left", va="center", fontsize=FONT_S,
+                        xytext=(3, 0), textcoords="offset points")
+        ax.set_yticks(np.arange(rows_in), strategies, fontsize=FONT_S)
+        ax.set_ylim(rows_in - 0.5, -0.5)  # the first strategy on top
+        ax.set_title(regime_label(rg))
+        ax.set_xlabel("GB moved (mean over seeds)")
+        ax.set_xlim(0, top * 1.05 if top > 0 else 1.0)
+        ax.grid(alpha=GRID_ALPHA, axis="x")
+        ax.set_axisbelow(True)  # the grid behind the bars and their labels
+    axes[0][0].set_ylabel("strategy")  # the rows are shared: named once, beside their labels
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.tight_layout()
+    fit_bar_labels(fig, axes[0])  # a label that does not fit beside its bar goes inside it
+    legend_below(fig, handles, labels)
+    paths.append(save(fig, out / "bytes.png"))
+
+    keys = (("staleness", "staleness at aggregation", "staleness (rounds)", "CDF (share of aggregated updates)"),
+            ("utility_age", "utility age at a train pick", "utility age (rounds)", "CDF (share of train picks)"),
+            ("agg_weights", "aggregation weight", "aggregation weight (relative: / the strategy's mean weight)",
+             "CDF (share of aggregated updates)"))
+    fig, axes = plt.subplots(len(regimes), 3, figsize=(13, 3.3 * len(regimes)), squeeze=False)
+    handles = {}
+    for row, rg in zip(axes, regimes):
+        for ax, (key, title, xlabel, ylabel) in zip(row, keys):
+            missing = []
+            for st in order:
+                values = []
+                for r in rows:
+                    if r["strategy"] == st and r["availability"] == rg:
+                        d = json.loads((Path(r["run_dir"]) / "distributions.json").read_text())
+                        values.extend(v for v in d[key] if v is not None and v >= 0)
+                if values:
+                    v = np.sort(np.asarray(values, float))
+                    if key == "agg_weights" and v.mean() > 0:  # FedAvg's n_i and relative weights on one axis
+                        v = v / v.mean()
+                    (handles[st],) = ax.step(v, np.arange(1, len(v) + 1) / len(v), where="post", label=st,
+                                             **styles[st])
+                else:
+                    missing.append(st)
+            if missing:
+                no_values_note(ax, sorted(missing, key=strategies.index), empty=len(missing) == len(order))
+            ax.set_title(f"{regime_label(rg)}: {title}", fontsize=FONT_L)
+            ax.set_xlabel(xlabel, fontsize=FONT_M)
+            ax.set_ylabel(ylabel, fontsize=FONT_M)
+            ax.grid(alpha=GRID_ALPHA)
+    fig.tight_layout()
+    names = [st for st in strategies if st in handles]
+    if names:
+        legend_below(fig, [handles[n] for n in names], names)
+    paths.append(save(fig, out / "cdfs.png"))
+    if target is not None:
+        paths.append(plot_time_to_target(rows, strategies, regimes, out, target, reference))
+    return paths
+
+
+def _paired_ratio_panels(axes, rows: list[dict], others: list[str], regimes: list[str], reference: str,
+                         styles: dict) -> None:
+    """One panel per regime: each strategy's paired verdict against ``reference`` (the geometric mean of
+    its per-seed hours ratios, its 95% t interval on the log ratios) on a log axis, 1 (a tie) marked."""
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    for ax, rg in zip(axes, regimes):
+        lo, hi = 1.0, 1.0
+        for y, st in enumerate(others):
+            vs = versus_reference(rows, st, rg, reference)
+            pr = None if vs is None else paired_ratio([x for _, x in vs["ratios"]])
+            if pr is None:
+                ax.annotate("no seed both reached", (1.0, y), xytext=(4, 0), textcoords="offset points",
+                            xycoords=("data", "data"), va="center", fontsize=FONT_S, color=NOTE_COLOR)
+                continue
+            g, color = pr["geomean"], styles[st]["color"]
+            if pr["ci95_low"] is not None:
+                ax.errorbar(g, y, xerr=[[g - pr["ci95_low"]], [pr["ci95_high"] - g]], fmt="D", color=color, ms=4,
+                            capsize=3, lw=1.2, zorder=3)
+                lo, hi = min(lo, pr["ci95_low"]), max(hi, pr["ci95_high"])
+            else:
+                ax.plot(g, y, "D", color=color, ms=4, zorder=3)
+                lo, hi = min(lo, g), max(hi, g)
+            ax.annotate(f"n={pr['n']}", (1.0, y), xycoords=("axes fraction", "data"), xytext=(4, 0),
+                        textcoords="offset points", va="center", fontsize=FONT_S)
+        ax.axvline(1.0, color="0.4", lw=0.8, ls="--", zorder=1)
+        ax.set_xscale("log")
+        ax.set_xlim(lo / 1.25, hi * 1.25)
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"x{v:g}"))
+        ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+        ax.set_yticks(np.arange(len(others)), others, fontsize=FONT_S)
+        ax.set_ylim(len(others) - 0.5, -0.5)
+        ax.set_xlabel(f"hours / {reference}'s hours, paired by seed", fontsize=FONT_M)
+        ax.grid(alpha=GRID_ALPHA, axis="x", which="both")
+    axes[0].set_ylabel(f"x {reference} (right: seeds both reached)", fontsize=FONT_M)
+
+
+def plot_time_to_target(rows: list[dict], strategies: list[str], regimes: list[str], out: Path,
+                        target: float | None = None, reference: str | None = None) -> Path:
+    """``time_to_target.png``: one panel per regime, a row per strategy: a point per seed (spread
+    across the row's upper part so that equal times stay apart), filled where the seed reached the
+    target, open at its run's end where it did not, and in a lane of its own below them the geometric
+    mean over the seeds that reached it, a black bar, with its 95% t interval on the log scale
+    (:func:`hours_stats`; drawn for 2 or more such seeds: one seed's point is its mean). Right of each
+    row: the seeds that reached the target / the seeds run. Below, where there is a reference and
+    another strategy: per regime, each strategy's paired verdict against the reference
+    (:func:`paired_ratio`: the geometric mean of its per-seed ratios with their 95% t interval, on a log
+    axis with 1 marked; the seeds it pools right of the row). The legend explains only what is drawn
+    (no "did not" marker when every seed reached it)."""
+    plt = pyplot()
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import MaxNLocator
+
+    reference = default_reference(strategies) if reference is None else reference
+    styles = strategy_styles(strategies, reference)
+    rows_in = len(strategies)  # a row per strategy: a long label (a sweep's variant) reads along it
+    xmax = 0.0  # the furthest point or interval end of any panel: the shared hours axis spans it
+    drawn: set[str] = set()  # what the legend explains: a seed that missed, a mean with its interval
+    others = [st for st in strategies if st != reference] if reference in strategies else []
+    ratio_rows = 1 if others else 0
+    heights = [1.6 + 0.45 * rows_in] + ([1.2 + 0.45 * len(others)] if ratio_rows else [])
+    fig, axes = plt.subplots(1 + ratio_rows, len(regimes), squeeze=False, sharey="row",
+                             figsize=(max(4.2 * len(regimes), 5.0) + labels_width(strategies), sum(heights)),
+                             gridspec_kw={"height_ratios": heights})
+    for ax in axes[0][1:]:
+        ax.sharex(axes[0][0])
+    for ax, rg in zip(axes[0], regimes):
+        for st in strategies:
+            sel = sorted((r for r in rows if r["strategy"] == st and r["availability"] == rg),
+                         key=lambda r: r["seed"])
+            if not sel:
+                continue
+            y = strategies.index(st)
+            # the seeds in the row's upper part, the mean in a lane of its own below them
+            offsets = np.linspace(-0.34, -0.04, len(sel)) if len(sel) > 1 else np.full(1, -0.15)
+            color = styles[st]["color"]
+            for dy, r in zip(offsets, sel):
+                hours = r["time_to_target_h"]
+                if hours is not None:
+                    ax.plot(hours, y + dy, "o", color=color, ms=5, zorder=3)
+                    xmax = max(xmax, hours)
+                else:
+                    end = _end_hours(r)
+                    if end is not None:
+                        ax.plot(end, y + dy, "^", mfc="none", mec=color, ms=6, mew=1.2, zorder=3)
+                        xmax = max(xmax, end)
+                        drawn.add("missed")
+            reached = [r["time_to_target_h"] for r in sel if r["time_to_target_h"] is not None]
+            stats = hours_stats(reached)
+            if stats["n"] >= 2 and stats["ci95_low"] is not None:  # one seed's mean is that seed's point
+                drawn.add("mean")
+                centre = stats["geomean"]
+                ax.errorbar(centre, y + 0.24, xerr=[[centre - stats["ci95_low"]], [stats["ci95_high"] - centre]],
+                            fmt="|", color="k", ms=11, mew=2.2, capsize=3, lw=1, zorder=4)
+                xmax = max(xmax, stats["ci95_high"])
+            ax.annotate(f"{len(reached)}/{len(sel)}", (1.0, y), xycoords=("axes fraction", "data"), xytext=(4, 0),
+                        textcoords="offset points", va="center", fontsize=FONT_S)
+        ax.set_yticks(np.arange(rows_in), strategies, fontsize=FONT_S)
+        ax.set_ylim(rows_in - 0.5, -0.5)  # the first strategy on top
+        ax.set_title(regime_label(rg))
+        ax.set_xlabel("virtual hours to target")
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=5))
+        ax.grid(alpha=GRID_ALPHA, axis="x")
+    axes[0][0].set_ylabel("strategy (right: seeds that reached it / run)", fontsize=FONT_M)  # shared rows: once
+    axes[0][0].set_xlim(0, xmax * 1.08 if xmax > 0 else 1.0)  # from 0, with room for the furthest marker
+    if target is not None:
+        fig.suptitle(f"time to target accuracy {target:g} (the mean of the last 20 test accuracies and the last one)",
+                     fontsize=FONT_L)
+    fig.tight_layout()
+    legend = [Line2D([], [], ls="", marker="o", color="0.3", ms=5, label="a seed that reached the target")]
+    if "missed" in drawn:  # only when a seed did not reach it
+        legend.append(Line2D([], [], ls="", marker="^", mfc="none", mec="0.3", ms=6,
+                             label="a seed that did not: at its run's end"))
+    if "mean" in drawn:
+        legend.append(Line2D([], [], ls="-", marker="|", color="k", ms=11, mew=2.2, lw=1,
+                             label="geometric mean over the seeds that reached it (2 or more), 95% t interval "
+                                   "(log scale)"))
+    if ratio_rows:
+        legend.append(Line2D([], [], ls="-", marker="D", color="0.3", ms=4, lw=1.2,
+                             label=f"below: the geometric mean of the per-seed ratios, 95% t interval (> 1: "
+                                   f"{reference} faster)"))
+        _paired_ratio_panels(axes[1], rows, others, regimes, reference, styles)
+    legend_below(fig, legend, [h.get_label() for h in legend])
+    return save(fig, out / "time_to_target.png")

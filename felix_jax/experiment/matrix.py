@@ -1,0 +1,272 @@
+"""A comparison's cell matrix: :func:`run_matrix` runs every (strategy, regime, seed) cell of a scenario
+into its folder (``DIR/runs/<cell>``, :func:`~.cells.cell_dir`), cell by cell, in worker processes,
+in sweep batches (sweep.py) or as Ray tasks (ray_executor.py), and writes ``summary.csv``.
+
+It owns what a cell's folder means on a second run: a finished cell of the same scenario is kept
+(:func:`finished_summary`, :func:`same_scenario`: a field its record lacks counts as its default), a
+cell that finished with another scenario is refused (:class:`CellChanged`), and one stopped by a
+signal or a plugin, or killed after a periodic snapshot, continues from its snapshot. Its rows feed
+the tables (tables.py) and the figures (figures/comparison.py).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+from .cells import cell_dir, cell_overrides, regime_label
+from .progress import comparison_eta
+from .runner import run
+from .scenario import Scenario
+from .stops import PLUGIN_ERROR
+from .tables import SUMMARY_COLUMNS, write_summary_csv
+
+
+class CellChanged(ValueError):
+    """A finished cell's recorded scenario differs from the one asked for (one line naming both)."""
+
+
+def changed_cell(sc: Scenario, run_dir: Path) -> str | None:
+    """The keys in which a finished cell's recorded scenario differs from ``sc`` (None: no finished
+    cell there, or the same scenario)."""
+    try:
+        config = json.loads((run_dir / "config.json").read_text())
+        json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    recorded, wanted = recorded_scenario(config.get("scenario", {})), _as_recorded(sc.to_json())
+    keys = sorted(k for k in set(recorded) | set(wanted) if recorded.get(k) != wanted.get(k))
+    return None if not keys else ", ".join(f"{k} {recorded.get(k)!r} -> {wanted.get(k)!r}" for k in keys[:6])
+
+
+# a cell stopped with one of these is not finished: its stop snapshot continues it (a signal's, or the
+# state before a plugin's error, once the plugin is fixed)
+UNFINISHED_STOPS = ("interrupted", PLUGIN_ERROR)
+
+
+def finished_summary(sc: Scenario, run_dir: Path) -> dict | None:
+    """The summary of a finished cell whose config.json is this scenario's, else None."""
+    try:
+        config = json.loads((run_dir / "config.json").read_text())
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if summary.get("stop_reason") in UNFINISHED_STOPS:  # stopped by a signal or a plugin: resumed next time
+        return None
+    return summary if same_scenario(config.get("scenario"), sc) else None
+
+
+def _as_recorded(fields: dict) -> dict:
+    """Scenario fields as config.json writes them (JSON types)."""
+    return json.loads(json.dumps(fields, default=str))
+
+
+def recorded_scenario(stored: dict) -> dict:
+    """A results folder's recorded scenario (its config.json's ``scenario``) with every field it lacks
+    at its default: such a field was added to felix-jax after that run, and its default is the
+    behaviour the run had. Fields this felix-jax does not know are kept as recorded."""
+    defaults = _as_recorded(Scenario().to_json())
+    return {**{k: v for k, v in defaults.items() if k not in stored}, **stored}
+
+
+def same_scenario(stored, sc: Scenario) -> bool:
+    """Whether a recorded scenario is ``sc`` (:func:`recorded_scenario`: a field the record lacks counts
+    as its default, so a matrix keeps the cells it finished before the field existed)."""
+    return isinstance(stored, dict) and recorded_scenario(stored) == _as_recorded(sc.to_json())
+
+
+def _interrupted_with_snapshot(run_dir: Path) -> bool:
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return summary.get("stop_reason") in UNFINISHED_STOPS and (run_dir / "snapshot" / "LATEST").is_file()
+
+
+def _killed_with_snapshot(sc: Scenario, run_dir: Path) -> bool:
+    """A cell of this scenario killed outright (no summary) after one of its periodic snapshots."""
+    if (run_dir / "summary.json").exists() or not (run_dir / "snapshot" / "LATEST").is_file():
+        return False
+    try:
+        stored = json.loads((run_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return same_scenario(stored.get("scenario") if isinstance(stored, dict) else None, sc)
+
+
+def _run_cell(sc: Scenario, run_dir: Path, progress: bool, deadline: float = math.inf,
+              plot: bool = True, cell_budget_s: float | None = None,
+              snapshot_minutes: float | None = None, writers: tuple = ()) -> dict | None:
+    """One cell's summary; None if it would start after ``deadline`` (``time.time()``). A cell that a
+    signal stopped (its snapshot written at the stop) continues from there, and so does one killed
+    outright after a periodic snapshot (``snapshot_minutes``: one every that many minutes of wall
+    time); any other unfinished cell starts again."""
+    if time.time() > deadline:
+        return None
+    killed = _killed_with_snapshot(sc, run_dir)
+    if killed:
+        from ..fleet.snapshot import SnapshotError
+
+        try:
+            return run(sc, run_dir, progress=progress, plot=plot, wall_budget_s=cell_budget_s, resume=True,
+                       snapshot_minutes=snapshot_minutes, writers=writers).summary
+        except SnapshotError as err:  # written by another felix-jax (a changed simulator): the cell starts again
+            print(f"{run_dir}: its snapshot cannot be resumed ({err}); the cell starts again", file=sys.stderr)
+    resume = _interrupted_with_snapshot(run_dir)
+    return run(sc, run_dir, progress=progress, plot=plot, wall_budget_s=cell_budget_s, resume=resume,
+               snapshot_minutes=snapshot_minutes, writers=writers).summary
+
+
+def _row(sc: Scenario, base: Scenario, summary: dict, run_dir: Path, label: str | None = None) -> dict:
+    return {"strategy": label or sc.strategy, "scenario": base.name, "availability": sc.availability, "seed": sc.seed,
+            **{k: summary.get(k) for k in SUMMARY_COLUMNS if k in summary}, "run_dir": str(run_dir), "_summary": summary}
+
+
+def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds: list[int], out: Path,
+               progress: bool = True, log: Callable[[str], None] = print, resume: bool = True,
+               workers: int = 1, cells: list[tuple[str, str, int]] | None = None,
+               deadline: float = math.inf, plot: bool = True, cell_budget_s: float | None = None,
+               batch: int = 1, executor: str = "local", ray_address: str | None = None,
+               snapshot_minutes: float | None = None, writers=(), ray_max_retries: int = 3) -> list[dict]:
+    """Runs every (strategy, regime, seed) cell (or the given ``cells``) and writes ``summary.csv``.
+
+    ``resume``: a cell whose folder already holds this scenario's ``config.json`` and a
+    ``summary.json`` is read back instead of rerun, so a killed matrix continues where
+    it stopped. ``workers > 1`` runs cells in that many processes (spawned, so each
+    has its own JAX runtime; on a GPU they share the device). Cells that would start
+    after ``deadline`` (``time.time()``) are left out of the result; ``plot=False``
+    skips each run's own accuracy figure. ``cell_budget_s``: each cell stops after that much wall
+    time (stop reason ``wall_budget``: its results hold up to where it got, and it counts as
+    finished on resume). ``batch > 1`` runs the cells in sweep batches of that many experiments
+    in this process, their device calls shared (``experiment/sweep.py``; same results; with
+    ``workers``, not both). ``executor="ray"``: the batches run as Ray tasks
+    (``ray_executor.py``; ``ray_address`` of the cluster, None: ``RAY_ADDRESS`` or a local instance).
+    ``snapshot_minutes``: each cell (cell by cell or in ``workers``) snapshots every that many minutes of
+    wall time, so that a matrix killed outright (``kill -9``, a machine stopped) resumes its running
+    cells from their last snapshot, not from the start.
+    ``writers``: metric writers (``experiment/writers/``), one log per cell under ``out``; a kept
+    cell that has none yet is logged from its files.
+    """
+    todo = cells if cells is not None else [(st, rg, sd) for rg in regimes for st in strategies for sd in seeds]
+    scenarios = []
+    for spec, rg, sd in todo:  # a cell's strategy may be a variant NAME@KEY=VALUE (parse_cell_strategy)
+        scenarios.append(base.with_overrides({**cell_overrides(spec), "availability": rg, "seed": sd}))
+    labels = [spec for spec, _, _ in todo]
+    from .writers.feed import for_cell, make_writers
+
+    writers = make_writers(writers)
+    cell_writers = [for_cell(writers, out, labels[i], sc.availability, sc.seed) for i, sc in enumerate(scenarios)]
+    rows: list[dict | None] = [None] * len(todo)
+    pending = []
+    if len(set(map(tuple, todo))) < len(todo):
+        twice = sorted({f"{a}/{b}/seed{c}" for a, b, c in todo if todo.count((a, b, c)) > 1})
+        raise CellChanged(f"cells asked for twice: {', '.join(twice)} (repeated strategies, regimes or seeds)")
+    for i, sc in enumerate(scenarios):
+        run_dir = cell_dir(out, labels[i], sc.availability, sc.seed)
+        changed = changed_cell(sc, run_dir) if resume else None
+        if changed is not None:
+            raise CellChanged(f"cell {run_dir} finished with another scenario ({changed}); pass --overwrite to "
+                              "rerun it, or choose another --out")
+        done = finished_summary(sc, run_dir) if resume else None
+        if done is not None:
+            rows[i] = {**_row(sc, base, done, run_dir, labels[i]), "_kept": True}
+            if writers:
+                from .writers.feed import backfill
+
+                backfill(cell_writers[i], run_dir)
+            log(f"[{i + 1}/{len(todo)}] {labels[i]} on {regime_label(sc.availability)}, seed {sc.seed}: "
+                "finished earlier, kept")
+        else:
+            pending.append(i)
+    if batch > 1 and workers > 1:
+        raise ValueError("batch and workers: choose one (a batch shares one process's device calls)")
+    if snapshot_minutes is not None and (batch > 1 or executor == "ray"):
+        raise ValueError("snapshot_minutes: cell by cell or with workers (a sweep batch snapshots at a stop only)")
+    if executor not in ("local", "ray"):
+        raise ValueError(f"executor must be 'local' or 'ray', got {executor!r}")
+    if pending and (executor == "ray" or workers > 1):  # a shared store made once, not by racing processes
+        for w in writers:
+            w.prepare()
+    if (executor == "ray" or batch > 1) and pending:
+        from .sweep import SweepJob, run_sweep
+
+        dirs = [cell_dir(out, labels[i], scenarios[i].availability, scenarios[i].seed) for i in pending]
+        # Ray workers may start elsewhere: their folders by absolute path
+        jobs = [SweepJob(scenarios[i], d.resolve() if executor == "ray" else d, resume=_interrupted_with_snapshot(d),
+                         writers=cell_writers[i]) for i, d in zip(pending, dirs)]
+        if executor == "ray":
+            from .ray_executor import run_on_ray
+
+            summaries = run_on_ray(jobs, batch, address=ray_address, plot=plot, wall_budget_s=cell_budget_s, log=log,
+                                   max_retries=ray_max_retries)
+        else:
+            summaries = [None if r is None else r.summary for r in
+                         run_sweep(jobs, batch, plot=plot, wall_budget_s=cell_budget_s, stop_on_signals=True,
+                                   deadline=deadline, log=log)]
+        for i, d, summary in zip(pending, dirs, summaries):
+            if summary is not None:
+                rows[i] = _row(scenarios[i], base, summary, d, labels[i])
+        if any(sm is not None and sm["stop_reason"] == "interrupted" for sm in summaries):
+            write_summary_csv([r for r in rows if r is not None], out)
+            raise KeyboardInterrupt  # as the cell-by-cell path: stopped cells resume from their snapshots
+    elif workers <= 1:
+        cells_bar = None
+        if progress and pending and sys.stderr.isatty():  # the outer bar over cells (a terminal only:
+            from tqdm import tqdm  # elsewhere the per-cell log lines say as much)
+
+            cells_bar = tqdm(total=len(todo), initial=len(todo) - len(pending), desc="cells", unit="cell",
+                             file=sys.stderr, leave=True)
+        try:
+            walls: list[float] = []  # wall seconds of each cell run here: the whole comparison's ETA
+            for n, i in enumerate(pending):
+                sc = scenarios[i]
+                log(f"[{i + 1}/{len(todo)}] {labels[i]} on {regime_label(sc.availability)}, seed {sc.seed}"
+                    f"{comparison_eta(walls, len(pending) - n)}")
+                started = time.perf_counter()
+                if cells_bar is not None:
+                    cells_bar.set_postfix_str(f"{labels[i]}/{regime_label(sc.availability)}/seed{sc.seed}")
+                run_dir = cell_dir(out, labels[i], sc.availability, sc.seed)
+                summary = _run_cell(sc, run_dir, progress, deadline, plot, cell_budget_s, snapshot_minutes,
+                                    cell_writers[i])
+                rows[i] = None if summary is None else _row(sc, base, summary, run_dir, labels[i])
+                walls.append(time.perf_counter() - started)
+                if cells_bar is not None:
+                    cells_bar.update(1)
+        finally:
+            if cells_bar is not None:
+                cells_bar.close()
+    elif pending:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {pool.submit(_run_cell, scenarios[i], cell_dir(out, labels[i],
+                                   scenarios[i].availability, scenarios[i].seed), False, deadline, plot,
+                                   cell_budget_s, snapshot_minutes, cell_writers[i]): i
+                       for i in pending}
+            started = time.perf_counter()
+            for n, fut in enumerate(as_completed(futures), 1):
+                i = futures[fut]
+                sc = scenarios[i]
+                run_dir = cell_dir(out, labels[i], sc.availability, sc.seed)
+                summary = fut.result()
+                if summary is None:
+                    continue
+                rows[i] = _row(sc, base, summary, run_dir, labels[i])
+                # cells finish ``workers`` at a time: the mean per finished cell is over the elapsed time
+                per_cell = [(time.perf_counter() - started) / n] * n
+                log(f"[{n}/{len(pending)} run] {labels[i]} on {regime_label(sc.availability)}, seed {sc.seed}: "
+                    f"{rows[i]['stop_reason']}{comparison_eta(per_cell, len(pending) - n)}")
+    done = [r for r in rows if r is not None]
+    write_summary_csv(done, out)
+    return done
+
+
+def all_kept(rows: list[dict]) -> bool:
+    """Every cell of :func:`run_matrix`'s rows had finished earlier and none ran now."""
+    return bool(rows) and all(r.get("_kept") for r in rows)
+
