@@ -334,7 +334,8 @@ class CohortEngine:
         with jax.disable_jit():
             for slot, c, tid, n, t in zip(slots, clients, task_ids, steps, times):
                 key = jax.random.fold_in(self.base_key, int(tid))
-                results.append(local_train(self.model, self.train_cfg, int(n), self._task_params(stacked, slot),
+                # a zero-step task scans one masked step: un-jitted, a scan of length 0 has no output type
+                results.append(local_train(self.model, self.train_cfg, max(int(n), 1), self._task_params(stacked, slot),
                                            self.data, jnp.int32(c), key, jnp.int32(n), jnp.float32(t)))
         stacked_out = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *results)
         host = jax.device_get((stacked_out.first_batch, stacked_out.all_steps, stacked_out.num_steps))
