@@ -1,16 +1,21 @@
-"""Shared fixtures: tiny federated data sets the tests make themselves, and the offline data folder."""
+"""Shared fixtures: tiny federated data sets the tests make themselves, the offline data folder, the
+cohort engine's debug checks and a model to compute by hand."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
+from felix_jax.cohort.checks import DEBUG_CHECKS_ENV
 from felix_jax.data.dataset import ArrayDataset
-from felix_jax.data.federated import held_out_to_device, to_device
+from felix_jax.data.federated import FederatedData, HeldOutSet, held_out_to_device, to_device
 from felix_jax.data.partition import partition_from_counts
+from felix_jax.models.base import Model
 
 # ---------------------------------------------------------------- the offline data folder
 # The library reads its offline data only from $FELIX_JAX_DATA (or an explicit path). The
@@ -26,6 +31,10 @@ SHARED_FALLBACK = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 if not os.environ.get(DATA_ENV) and os.environ.get(NO_SHARED_ENV, "") in ("", "0") and SHARED_FALLBACK.is_dir():
     os.environ[DATA_ENV] = str(SHARED_FALLBACK)
+
+# The cohort engine's debug checks (felix_jax/cohort/checks.py: shapes, dtypes, finite client updates)
+# are on for the whole run, subprocesses included, unless the caller chose (FELIX_JAX_DEBUG_CHECKS=0).
+os.environ.setdefault(DEBUG_CHECKS_ENV, "1")
 
 # Read once here: some tests clear FELIX_JAX_DATA for themselves (monkeypatch) and still need the real folder.
 DATA_DIR: Path | None = Path(os.environ[DATA_ENV]) if os.environ.get(DATA_ENV) else None
@@ -78,3 +87,37 @@ def tiny():
     counts = np.array([5, 70, 33, 100, 1, 64], np.int32)
     part = partition_from_counts(ds.train_x.shape[0], counts, seed=0)
     return ds, part, to_device(ds, part), held_out_to_device(ds)
+
+
+@pytest.fixture
+def without_debug_checks(monkeypatch):
+    """For a test that means client updates to be non-finite (the update guard's): the engines it
+    builds skip the debug checks, which would stop the first such update."""
+    monkeypatch.setenv(DEBUG_CHECKS_ENV, "0")
+
+
+# ---------------------------------------------------------------- a model to compute by hand
+def _linear_logits(params, x):
+    return x @ params["w"] + params["b"]
+
+
+def _linear_loss(params, x, y):
+    logits = _linear_logits(params, x)
+    return optax.softmax_cross_entropy_with_integer_labels(logits, y), logits
+
+
+# softmax regression on one input feature, two classes, zero initial parameters: logits = x W + b
+LINEAR = Model("linear2", lambda key: {"w": jnp.zeros((1, 2)), "b": jnp.zeros(2)}, _linear_logits, _linear_loss,
+               (1,), 2, 4, 16)
+# three samples (x, y): (1, 1), (-1, 0), (2, 0); client 0 holds the first two, client 1 the third
+LINEAR_X = np.array([[1.0], [-1.0], [2.0]], np.float32)
+LINEAR_Y = np.array([1, 0, 0], np.int32)
+
+
+def linear_data() -> tuple[FederatedData, HeldOutSet]:
+    """:data:`LINEAR`'s client data and, the same three samples, its test set (inputs as they are)."""
+    one, zero = jnp.ones((), jnp.float32), jnp.zeros(1)
+    data = FederatedData(x=jnp.asarray(LINEAR_X), y=jnp.asarray(LINEAR_Y),
+                         index_table=jnp.array([[0, 1], [2, 0]], jnp.int32), counts=jnp.array([2, 1], jnp.int32),
+                         input_scale=one, input_mean=zero, input_std=jnp.ones(1))
+    return data, HeldOutSet(jnp.asarray(LINEAR_X), jnp.asarray(LINEAR_Y), one, zero, jnp.ones(1))
