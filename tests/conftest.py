@@ -1,11 +1,14 @@
 """Shared fixtures: tiny federated data sets the tests make themselves, the offline data folder, the
-cohort engine's debug checks and a model to compute by hand."""
+cohort engine's debug checks, a model to compute by hand and chex's jit variants."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
+import chex
+import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -121,3 +124,22 @@ def linear_data() -> tuple[FederatedData, HeldOutSet]:
                          index_table=jnp.array([[0, 1], [2, 0]], jnp.int32), counts=jnp.array([2, 1], jnp.int32),
                          input_scale=one, input_mean=zero, input_std=jnp.ones(1))
     return data, HeldOutSet(jnp.asarray(LINEAR_X), jnp.asarray(LINEAR_Y), one, zero, jnp.ones(1))
+
+
+# ---------------------------------------------------------------- chex variants
+class JitVariants(chex.TestCase):
+    """Base of tests under ``@chex.variants(with_jit=True, without_jit=True)``.
+
+    The library's functions are jitted themselves, so chex's ``without_jit`` (the identity) would
+    still run them compiled: :meth:`run_variant` runs ``without_jit`` under ``jax.disable_jit()``,
+    op by op in Python, and ``with_jit`` under ``jax.jit``.
+    """
+
+    def jit_mode(self):
+        """A context for host code under test: jit disabled for ``without_jit``, as deployed otherwise."""
+        return jax.disable_jit() if self.variant.type is chex.ChexVariantType.WITHOUT_JIT else contextlib.nullcontext()
+
+    def run_variant(self, fn, *args, static_argnames=None, **kwargs):
+        wrapped = self.variant(fn, static_argnames=static_argnames)
+        with self.jit_mode():
+            return wrapped(*args, **kwargs)
