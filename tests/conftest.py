@@ -1,10 +1,14 @@
 """Shared fixtures: tiny federated data sets the tests make themselves, the offline data folder, the
-cohort engine's debug checks, a model to compute by hand and chex's jit variants."""
+cohort engine's debug checks, a model to compute by hand, forced CPU devices and chex's jit
+variants."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import chex
@@ -124,6 +128,48 @@ def linear_data() -> tuple[FederatedData, HeldOutSet]:
                          index_table=jnp.array([[0, 1], [2, 0]], jnp.int32), counts=jnp.array([2, 1], jnp.int32),
                          input_scale=one, input_mean=zero, input_std=jnp.ones(1))
     return data, HeldOutSet(jnp.asarray(LINEAR_X), jnp.asarray(LINEAR_Y), one, zero, jnp.ones(1))
+
+
+# ---------------------------------------------------------------- several CPU devices
+ROOT = Path(__file__).resolve().parents[1]
+FORCED_DEVICES = 4
+
+
+class ForcedDevices:
+    """Python code run in a fresh interpreter whose jax sees ``devices`` CPU devices.
+
+    The device count has to be set before jax starts its backend (the first jax operation), which
+    in this process has long happened, and the test process itself stays on one device (an engine
+    takes every device jax sees): each script starts with ``chex.set_n_cpu_devices(devices)``
+    (``--xla_force_host_platform_device_count`` in ``XLA_FLAGS``). The checkout and ``tests/`` are on
+    the script's path, so it imports this checkout's package and can ``from conftest import ...``.
+    """
+
+    def command(self, code: str, devices: int, *args) -> list[str]:
+        preamble = f"import chex\nchex.set_n_cpu_devices({int(devices)})\n"
+        return [sys.executable, "-c", preamble + textwrap.dedent(code), *(str(a) for a in args)]
+
+    def env(self, **extra: str) -> dict:
+        path = os.pathsep.join([str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])
+        return {**os.environ, **extra, "JAX_PLATFORMS": "cpu", "PYTHONPATH": path}
+
+    def run(self, code: str, devices: int = FORCED_DEVICES, *args, timeout: int = 600, **extra_env: str) -> str:
+        """Runs ``code`` to the end and returns its stdout (a failure shows its stderr)."""
+        proc = subprocess.run(self.command(code, devices, *args), env=self.env(**extra_env), cwd=ROOT,
+                              capture_output=True, text=True, timeout=timeout)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc.stdout
+
+    def popen(self, code: str, devices: int, *args, **extra_env: str) -> subprocess.Popen:
+        """Starts ``code`` (for several processes at once); stdout and stderr are pipes."""
+        return subprocess.Popen(self.command(code, devices, *args), env=self.env(**extra_env), cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.fixture(scope="session")
+def forced_devices() -> ForcedDevices:
+    """Runs scripts on forced CPU devices (:class:`ForcedDevices`): the one way the tests get several."""
+    return ForcedDevices()
 
 
 # ---------------------------------------------------------------- chex variants
