@@ -1,6 +1,6 @@
 """Shared fixtures: tiny federated data sets the tests make themselves, the offline data folder, the
-cohort engine's debug checks, a model to compute by hand, forced CPU devices and chex's jit
-variants."""
+cohort engine's debug checks, a model to compute by hand, forced CPU devices, an XLA compile counter
+and chex's jit variants."""
 
 from __future__ import annotations
 
@@ -170,6 +170,28 @@ class ForcedDevices:
 def forced_devices() -> ForcedDevices:
     """Runs scripts on forced CPU devices (:class:`ForcedDevices`): the one way the tests get several."""
     return ForcedDevices()
+
+
+# ---------------------------------------------------------------- XLA compilations
+class CompileCount:
+    """``with CompileCount() as c: ...``: ``c.count`` is the number of XLA programs compiled in this
+    process inside the block (every jitted function and every eager operation of a new shape), from
+    jax's compile events: the counter behind a run summary's ``xla_compilations``. Read inside the
+    block, the count so far."""
+
+    def __enter__(self) -> "CompileCount":
+        from felix_jax.experiment.results import _compiles  # its import registers the listener
+
+        self._compiles, self._stop = _compiles, None
+        self._start = _compiles["total"]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop = self._compiles["total"]
+
+    @property
+    def count(self) -> int:
+        return (self._compiles["total"] if self._stop is None else self._stop) - self._start
 
 
 # ---------------------------------------------------------------- chex variants
