@@ -9,8 +9,11 @@ import pytest
 from felix_jax.cohort import (CohortEngine, LocalEvalConfig, LocalTrainConfig, VersionStore, ladder_ceil,
                               local_train, padding_waste, plan_buckets, statistical_utility)
 from felix_jax.cohort import engine as engine_mod
+from felix_jax.cohort import group as group_mod
+from felix_jax.cohort.group import Request, SharedCohort
 from felix_jax.cohort.evaluate import evaluate
 from felix_jax.models import mlp
+from tests.conftest import CompileCount
 
 MODEL = mlp((8, 8, 3), hidden=(16,))
 
@@ -88,17 +91,76 @@ def test_padding_does_not_change_results(tiny):
     assert alone.all_steps.sum[0] == pytest.approx(crowd.all_steps.sum[1], rel=1e-5)
 
 
-def test_no_recompilation_within_a_bucket(tiny, monkeypatch):
+# ---- the retrace guard: after a warm-up, a churny run compiles nothing new -----------------------------------
+# A new flush size at every event, up to 8 or 16 tasks; clients drawn at random, so task lengths (1 to 6
+# epoch steps) differ and a flush may be cut into several buckets. The bucketing pads every call to a
+# power of two: once each of those sizes has run, nothing compiles again, neither the cohort call
+# (chex.assert_max_traces) nor anything else in the process (jax's compile events).
+CHURN = [3, 7, 1, 12, 5, 16, 2, 9, 6, 14, 4, 11, 13, 10, 15, 8]
+CHURN_CFG = LocalTrainConfig(batch_size=16, mode="epochs", local_epochs=1)
+
+
+def _churn_tasks(rng, n: int, first_id: int):
+    return rng.integers(0, 2, n), rng.integers(0, 6, n), np.arange(first_id, first_id + n)  # slots, clients, ids
+
+
+def _guard_traces(monkeypatch, module, n: int) -> None:
+    """The cohort call of ``module`` traced at most ``n`` times from now on (train and eval together)."""
+    chex.clear_trace_counter()
+    monkeypatch.setattr(module, "run_cohort", chex.assert_max_traces(engine_mod.run_cohort, n=n))
+
+
+@pytest.mark.parametrize("plan,sizes", [("vmap", [1, 2, 4, 8]),  # the padded call sizes of flushes of 1 to 8 tasks
+                                        ("map", [8, 16])])  # lax.map (at least 8 tasks a call), 1 to 16 tasks
+def test_a_churny_run_compiles_nothing_after_warm_up(tiny, monkeypatch, plan, sizes):
     _, _, data, _ = tiny
-    # one trace serves every call of this bucket size (train and eval share run_cohort; only train runs here)
-    monkeypatch.setattr(engine_mod, "run_cohort", chex.assert_max_traces(engine_mod.run_cohort, n=1))
-    cfg = LocalTrainConfig(batch_size=16, mode="steps", local_steps=2)
     store = _store()
-    eng = CohortEngine(MODEL, data, cfg)
-    eng.train(store.stacked, [0, 1, 0, 1, 0], [0, 1, 2, 3, 4], [1, 2, 3, 4, 5])  # 5 tasks -> bucket 8
-    eng.train(store.stacked, [1] * 7, [5, 4, 3, 2, 1, 0, 5], np.arange(7) + 50)  # 7 tasks -> bucket 8
-    eng.train(store.stacked, [0] * 6, [2, 2, 2, 1, 1, 1], np.arange(6))  # different clients, same bucket
-    assert eng.batch_summary()["train"]["compiles"] == 1
+    _guard_traces(monkeypatch, engine_mod, 2 * len(sizes))  # an engine's jits trace run_cohort when they first run
+    eng = CohortEngine(MODEL, data, CHURN_CFG, plan=plan)
+    assert eng.min_tasks_per_call == sizes[0]
+    for p in sizes:  # warm-up: one call of each size (p tasks of one client: one bucket)
+        eng.train(store.stacked, [0] * p, [1] * p, np.arange(p))
+        eng.evaluate(store.stacked, [0] * p, [1] * p, np.arange(p))
+    warm = len(eng.records)
+    rng = np.random.default_rng(0)
+    with CompileCount() as compiles:
+        for event, n in enumerate(n for n in CHURN if n <= sizes[-1]):
+            eng.train(store.stacked, *_churn_tasks(rng, n, 100 * event))
+            eng.evaluate(store.stacked, *_churn_tasks(rng, n, 100 * event + 50))
+    assert compiles.count == 0
+    assert not any(r.compiled for r in eng.records[warm:])
+    assert {r.padded_tasks for r in eng.records[warm:]} <= set(sizes)
+
+
+def test_a_churny_sweep_batch_compiles_nothing_after_warm_up(tiny, monkeypatch):
+    # two experiments in one sweep batch (cohort/group.py) under the CPU plan: each flush takes both
+    # experiments' tasks, of sizes that change at every event, or one experiment's alone (its store
+    # stood in for by zeros). Training only: evaluation goes through the same bucketing and call.
+    _, _, data, _ = tiny
+    sizes = [8, 16, 32]  # lax.map, 1 to 32 tasks a flush
+    _guard_traces(monkeypatch, group_mod, len(sizes))
+    engines = [CohortEngine(MODEL, data, CHURN_CFG, seed=seed, plan="map") for seed in (0, 1)]
+    shared = SharedCohort(engines)
+    assert shared.min_tasks_per_call == sizes[0]
+    stores = [_store(), _store(1)]
+
+    def flush(tasks):  # per experiment: (slots, clients, task ids), or None for no tasks this time
+        shared.train([Request(e, st.stacked, *(np.asarray(a, np.int32) for a in t), np.zeros(len(t[1]), np.float32))
+                      for e, st, t in zip(engines, stores, tasks) if t is not None])
+
+    for p in sizes:  # warm-up: both experiments, p tasks of one client in all; then the first alone
+        half = ([0] * (p // 2), [1] * (p // 2), np.arange(p // 2))
+        flush([half, half])
+    flush([half, None])
+    warm = len(shared.calls)
+    rng = np.random.default_rng(1)
+    with CompileCount() as compiles:
+        for event, (a, b) in enumerate(zip(CHURN, CHURN[::-1])):
+            both = [_churn_tasks(rng, a, 100 * event), _churn_tasks(rng, b, 100 * event + 50)]
+            flush(both if event % 4 else [both[0], None])
+    assert compiles.count == 0
+    assert not any(c.compiled for c in shared.calls[warm:])
+    assert {c.padded_tasks for c in shared.calls[warm:]} <= set(sizes)
 
 
 def test_epoch_mode_masks_short_clients_and_matches_hand_computed_sgd(tiny):

@@ -2,17 +2,13 @@
 device each, the cohort's mesh over both (gloo collectives), results equal to one process's."""
 
 import json
-import os
 import socket
-import subprocess
-import sys
-import textwrap
 
 import pytest
 
 pytestmark = pytest.mark.slow
 
-WORKER = textwrap.dedent("""
+WORKER = """
     import json, sys
     import jax
     rank, port, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
@@ -24,7 +20,7 @@ WORKER = textwrap.dedent("""
     result = run(sc, f"{out}/host{rank}", plot=False)
     print(json.dumps({"devices": jax.device_count(), "local": jax.local_device_count(),
                       "processes": jax.process_count(), "calls": result.summary["cohort"]["train"]["calls"]}))
-""")
+"""
 
 TIMING = {"host_seconds", "host_ms_per_event", "cohort", "xla_compilations", "selection_ms_mean"}
 
@@ -35,24 +31,21 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_two_processes_equal_one(tmp_path):
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1", "JAX_PLATFORMS": "cpu"}
+def test_two_processes_equal_one(forced_devices, tmp_path):
     port = str(_free_port())
-    procs = [subprocess.Popen([sys.executable, "-c", WORKER, str(rank), port, str(tmp_path)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+    procs = [forced_devices.popen(WORKER, 1, rank, port, tmp_path) for rank in (0, 1)]  # one CPU device each
     outs = []
     for p in procs:
         stdout, stderr = p.communicate(timeout=600)
         assert p.returncode == 0, stderr[-3000:]
         outs.append(json.loads(stdout.strip().splitlines()[-1]))
     assert all(o["devices"] == 2 and o["local"] == 1 and o["processes"] == 2 for o in outs)
-    one = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+    forced_devices.run(f"""
         from felix_jax.experiment import get_preset
         from felix_jax.experiment.runner import run
         sc = get_preset("tiny").with_overrides({{"strategy": "felix", "availability": "avail50"}})
         run(sc, {str(tmp_path / 'one')!r}, plot=False)
-    """)], env=env, capture_output=True, text=True, timeout=600)
-    assert one.returncode == 0, one.stderr[-3000:]
+    """, 1)
     reference = (tmp_path / "one" / "metrics.csv").read_bytes()
     for rank in (0, 1):
         assert (tmp_path / f"host{rank}" / "metrics.csv").read_bytes() == reference, rank

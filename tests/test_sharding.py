@@ -1,18 +1,13 @@
 """Sharded cohorts: a flush split over several devices equals the single-device flush.
 
-Forced host devices (``XLA_FLAGS=--xla_force_host_platform_device_count=4``) must be
-set before jax starts, so the multi-device checks run small scripts in subprocesses.
-Several hosts (``jax.distributed.initialize``) cannot be tested on one machine.
+Forced host devices must be set before jax starts, so the multi-device checks run small scripts in
+subprocesses (conftest's ``forced_devices``, 4 CPU devices). Several hosts
+(``jax.distributed.initialize``) cannot be tested on one machine.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
 
 import jax
 import numpy as np
@@ -22,18 +17,6 @@ from felix_jax.cohort import CohortEngine, LocalTrainConfig, VersionStore, plan_
 from felix_jax.cohort.buckets import bucket_size
 from felix_jax.cohort.plan import task_layout
 from felix_jax.models import mlp
-
-ROOT = Path(__file__).resolve().parents[1]
-FORCED = 4
-
-
-def _run_forced(code: str, timeout: int = 600, **extra_env: str) -> str:
-    env = {**os.environ, **extra_env, "XLA_FLAGS": f"--xla_force_host_platform_device_count={FORCED}", "JAX_PLATFORMS": "cpu",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout
 
 
 def test_task_layout_deals_sorted_tasks_round_robin():
@@ -138,14 +121,14 @@ ENGINE_SCRIPT = """
 
 
 @pytest.fixture(scope="module")
-def engine_report():
-    out = _run_forced(ENGINE_SCRIPT, SHARD_MODELS="mlp")
+def engine_report(forced_devices):
+    out = forced_devices.run(ENGINE_SCRIPT, SHARD_MODELS="mlp")
     return json.loads(out.split("REPORT", 1)[1])
 
 
 @pytest.fixture(scope="module")
-def cnn_report():  # the paper CNN on 4 forced devices takes minutes on 2 cores: slow suite
-    out = _run_forced(ENGINE_SCRIPT, SHARD_MODELS="cnn")
+def cnn_report(forced_devices):  # the paper CNN on 4 forced devices takes minutes on 2 cores: slow suite
+    out = forced_devices.run(ENGINE_SCRIPT, SHARD_MODELS="cnn")
     return json.loads(out.split("REPORT", 1)[1])
 
 
@@ -188,8 +171,8 @@ RUN_SCRIPT = """
 """
 
 
-def test_a_tiny_run_on_four_devices_matches_one_device(tmp_path):
-    _run_forced(RUN_SCRIPT.replace("sys.argv[1]", repr(str(tmp_path))))
+def test_a_tiny_run_on_four_devices_matches_one_device(forced_devices, tmp_path):
+    forced_devices.run(RUN_SCRIPT, 4, tmp_path)
     one, four = (tmp_path / "devices1", tmp_path / "devices4")
     assert (one / "metrics.csv").read_text() == (four / "metrics.csv").read_text()
     s1, s4 = (json.loads((d / "summary.json").read_text()) for d in (one, four))

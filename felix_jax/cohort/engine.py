@@ -18,6 +18,10 @@ changes (``plan.py``, "several devices"). ``devices=1`` is the single-device pat
 
 ``backend='debug'`` runs the very same per-client functions un-jitted, one task
 at a time in Python: the reference for parity tests (fedjax's debug backend).
+
+``debug_checks`` (default: ``$FELIX_JAX_DEBUG_CHECKS``, read once here) checks the shapes and
+dtypes of each call's inputs and outputs and that every client update is finite (``checks.py``);
+off, it costs one boolean test per call.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import numpy as np
 from ..data.federated import FederatedData
 from ..data.streams import ClientStreams
 from ..models.base import Model, Params
+from . import checks
 from .buckets import next_pow2, plan_buckets
 from .config import LocalEvalConfig, LocalTrainConfig
 from .local import (EvalResult, eval_final, eval_init, eval_step, local_eval, local_train, train_final,
@@ -114,7 +119,7 @@ class CohortEngine:
                  backend: Literal["jit", "debug"] = "jit", plan: ExecutionPlan | str | None = None,
                  max_tasks_per_call: int = 256, min_tasks_per_call: int | None = None, devices: int | None = None,
                  streams: ClientStreams | None = None, call_overhead: int | None = None,
-                 no_step: np.ndarray | None = None):
+                 no_step: np.ndarray | None = None, debug_checks: bool | None = None):
         if backend not in ("jit", "debug"):
             raise ValueError(f"backend must be 'jit' or 'debug', got {backend!r}")
         self.model = model
@@ -166,6 +171,8 @@ class CohortEngine:
         self.eval_scan_len = int(self.eval_cfg.num_batches(most).max(initial=1))
         self.records: list[CallRecord] = []
         self._seen_shapes: set[tuple] = set()
+        self.debug_checks = checks.debug_checks_from_env() if debug_checks is None else bool(debug_checks)
+        self._template = None  # the model's parameter shapes, for the debug checks (on first use)
         if self.num_devices == 1:
             self._mesh = None
             self._train_jit = jax.jit(partial(run_cohort, train_init, train_step, train_final, model, train_cfg),
@@ -209,6 +216,14 @@ class CohortEngine:
         """Trains tasks (client ``clients[i]`` from store slot ``slots[i]``, key from ``task_ids[i]``;
         with client streams, on the data it holds at ``times[i]``)."""
         slots, clients, task_ids, times = self._check(slots, clients, task_ids, times)
+        if not self.debug_checks:
+            return self._train(stacked_params, slots, clients, task_ids, times)
+        checks.check_inputs(self._param_template(), stacked_params, slots)
+        out = self._train(stacked_params, slots, clients, task_ids, times)
+        checks.check_train_output(self._param_template(), out, clients, task_ids)
+        return out
+
+    def _train(self, stacked_params, slots, clients, task_ids, times) -> CohortTrainOutput:
         if self.shared is not None:
             return self.shared("train", self, stacked_params, slots, clients, task_ids, times)
         steps = self.num_train_steps(clients, times)
@@ -226,6 +241,14 @@ class CohortEngine:
     def evaluate(self, stacked_params: Params, slots, clients, task_ids, times=None) -> CohortEvalOutput:
         """Forward-pass eval tasks over each client's data (cheap utility refresh)."""
         slots, clients, task_ids, times = self._check(slots, clients, task_ids, times)
+        if not self.debug_checks:
+            return self._evaluate(stacked_params, slots, clients, task_ids, times)
+        checks.check_inputs(self._param_template(), stacked_params, slots)
+        out = self._evaluate(stacked_params, slots, clients, task_ids, times)
+        checks.check_eval_output(out, len(clients))
+        return out
+
+    def _evaluate(self, stacked_params, slots, clients, task_ids, times) -> CohortEvalOutput:
         if self.shared is not None:
             return self.shared("eval", self, stacked_params, slots, clients, task_ids, times)
         batches = self.num_eval_batches(clients, times)
@@ -268,6 +291,11 @@ class CohortEngine:
         return out
 
     # ---- internals ------------------------------------------------------------------
+    def _param_template(self):
+        if self._template is None:
+            self._template = checks.param_template(self.model)
+        return self._template
+
     def _check(self, slots, clients, task_ids, times=None):
         slots = np.asarray(slots, np.int32).reshape(-1)
         clients = np.asarray(clients, np.int32).reshape(-1)
@@ -334,7 +362,8 @@ class CohortEngine:
         with jax.disable_jit():
             for slot, c, tid, n, t in zip(slots, clients, task_ids, steps, times):
                 key = jax.random.fold_in(self.base_key, int(tid))
-                results.append(local_train(self.model, self.train_cfg, int(n), self._task_params(stacked, slot),
+                # a zero-step task scans one masked step: un-jitted, a scan of length 0 has no output type
+                results.append(local_train(self.model, self.train_cfg, max(int(n), 1), self._task_params(stacked, slot),
                                            self.data, jnp.int32(c), key, jnp.int32(n), jnp.float32(t)))
         stacked_out = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *results)
         host = jax.device_get((stacked_out.first_batch, stacked_out.all_steps, stacked_out.num_steps))
