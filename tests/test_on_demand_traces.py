@@ -48,6 +48,21 @@ def test_integer_threshold_is_the_float_comparison(p):
     assert t == min(int(np.ceil(p * 2 ** 53)), 2 ** 53)
 
 
+@pytest.mark.parametrize("p", [0.0, 0.3, 0.5, 1.0])
+def test_one_draw_in_python_integers_is_numpys_draw(p):
+    # the scalar path of one-client queries against numpy's own stream: draw k of client c is
+    # rng.random() number c * stride + k, below p or not
+    n, stride = 300, 7
+    ref = np.random.default_rng(11).random(n * stride).reshape(n, stride) < p
+    state, inc = pcg64.seed_state(11)
+    base_hi, base_lo = pcg64.strided_states((state, inc), n, stride)
+    t = int(pcg64.threshold(p))
+    for k in range(stride):
+        a, c = pcg64.jump(k + 1, inc)
+        got = [pcg64.below_one(pcg64.join(base_hi[i], base_lo[i]), a, c, t) for i in range(n)]
+        np.testing.assert_array_equal(got, ref[:, k])
+
+
 def test_jump_composes_like_steps():
     state, inc = pcg64.seed_state(3)
     a, c = pcg64.jump(5, inc)

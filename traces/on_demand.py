@@ -34,7 +34,6 @@ from .availability import AvailabilityTrace, BeyondEnd, ChangeCursor, Tier, Trac
 
 _TRAIN, _OFF = np.int8(int(Tier.AVL_TRAIN)), np.int8(int(Tier.UN_AVL))
 _CACHED_CLIENTS = 8192  # clients whose slot states a SlotTrace keeps for the one-client queries
-_ROW_POSITIONS = 0  # one-client queries draw ahead past this many positions (the whole row only at its end)
 _CHUNK = 1 << 16  # clients per block of a whole-slot column's draws (the temporaries stay in cache)
 _COLUMN_BYTES = 1 << 27  # whole-slot columns kept (int8, one byte a client): at least two
 
@@ -309,13 +308,9 @@ class SlotTrace(TraceQueries):
     def _draw_one(self, client: int, k: int) -> int:
         """``_draw([client], k)[0]`` in Python integers (one draw costs microseconds, not array calls)."""
         _, _, base_hi, base_lo, a_hi, a_lo, c_hi, c_lo = self._stream
-        s = (int(base_hi[client]) << 64) | int(base_lo[client])
-        a, c = (int(a_hi[k]) << 64) | int(a_lo[k]), (int(c_hi[k]) << 64) | int(c_lo[k])
-        s = (a * s + c) & pcg64.MASK128
-        hi, lo = s >> 64, s & pcg64.MASK64
-        x, rot = hi ^ lo, hi >> 58
-        word = ((x >> rot) | (x << ((64 - rot) & 63))) & pcg64.MASK64
-        return int(_TRAIN) if (word >> 11) < int(self._threshold) else int(_OFF)
+        below = pcg64.below_one(pcg64.join(base_hi[client], base_lo[client]), pcg64.join(a_hi[k], a_lo[k]),
+                                pcg64.join(c_hi[k], c_lo[k]), int(self._threshold))
+        return int(_TRAIN) if below else int(_OFF)
 
     def _state_in(self, client: int, j: int) -> int:
         """One client's state at position ``j``: one draw (or a cached column / a constant slot)."""
@@ -357,18 +352,14 @@ class SlotTrace(TraceQueries):
         st = self._times
         if st.period is not None:
             t = np.mod(t, np.float64(st.period))
-        j = int(np.searchsorted(st.times, t, side="right")) - 1
-        if st.slots.shape[0] > _ROW_POSITIONS:  # the one draw asked for
-            return self._state_in(client, j)
-        return int(self._client_states(client)[j])
+        return self._state_in(client, int(np.searchsorted(st.times, t, side="right")) - 1)
 
     def next_change_of(self, t: float, client: int) -> tuple[float, int]:
         """``next_change_after(t, [client])`` for one client, as Python scalars."""
         t, client = self._check_time(t), self._check_client(client)
-        if self._times.slots.shape[0] > _ROW_POSITIONS:  # draws ahead; the whole row only at its end
-            found = self._next_change_ahead(t, client)
-            if found is not None:
-                return found
+        found = self._next_change_ahead(t, client)  # slot by slot; the whole row only past its end
+        if found is not None:
+            return found
         st, states = self._times, self._client_states(client)
         if st.period is None:
             j = int(np.searchsorted(st.times, t, side="right")) - 1

@@ -12,6 +12,8 @@ bit (tested against numpy on random indices).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 MULT = 0x2360ED051FC65DA44385DF649FCCF645  # PCG64's 128-bit multiplier (numpy's pcg64.h)
@@ -78,13 +80,17 @@ def affine(a_hi, a_lo, c_hi, c_lo, s_hi, s_lo) -> tuple[np.ndarray, np.ndarray]:
     return out_hi, out_lo
 
 
-def uniform(s_hi: np.ndarray, s_lo: np.ndarray) -> np.ndarray:
-    """``Generator.random()``'s float64 for a state just stepped to ``s``: XSL-RR, then the top 53 bits."""
+def _word(s_hi: np.ndarray, s_lo: np.ndarray) -> np.ndarray:
+    """The 64-bit output of a state just stepped to ``s``: XSL-RR (xor the halves, rotate right by the top 6 bits)."""
     with np.errstate(over="ignore"):
         x = s_hi ^ s_lo
         rot = s_hi >> _U58
-        word = (x >> rot) | (x << ((_U64 - rot) & _U63))
-    return (word >> _U11).astype(np.float64) * _TWO_M53
+        return (x >> rot) | (x << ((_U64 - rot) & _U63))
+
+
+def uniform(s_hi: np.ndarray, s_lo: np.ndarray) -> np.ndarray:
+    """``Generator.random()``'s float64 for a state just stepped to ``s``: XSL-RR, then the top 53 bits."""
+    return (_word(s_hi, s_lo) >> _U11).astype(np.float64) * _TWO_M53
 
 
 def threshold(p: float) -> np.uint64:
@@ -93,18 +99,27 @@ def threshold(p: float) -> np.uint64:
     ``uniform`` is ``m * 2**-53`` for the integer ``m`` of the top 53 bits, exact in float64, and
     ``p * 2**53`` is exact too (a power-of-two scaling), so ``m * 2**-53 < p`` iff ``m < ceil(p * 2**53)``.
     """
-    import math
-
     return np.uint64(min(math.ceil(float(p) * 9007199254740992.0), 1 << 53))
 
 
 def below(s_hi: np.ndarray, s_lo: np.ndarray, t: np.uint64) -> np.ndarray:
     """``uniform(s_hi, s_lo) < p`` for ``t = threshold(p)``, in integers (no float conversion)."""
-    with np.errstate(over="ignore"):
-        x = s_hi ^ s_lo
-        rot = s_hi >> _U58
-        word = (x >> rot) | (x << ((_U64 - rot) & _U63))
-    return (word >> _U11) < t
+    return (_word(s_hi, s_lo) >> _U11) < t
+
+
+def join(hi, lo) -> int:
+    """A (high, low) uint64 pair as one Python int."""
+    return (int(hi) << 64) | int(lo)
+
+
+def below_one(s: int, a: int, c: int, t: int) -> bool:
+    """``below(affine(a, c, s), t)`` for one state, in Python integers (128-bit ints are exact and, for
+    one draw, far cheaper than a dozen numpy calls on one-element arrays)."""
+    s = (a * s + c) & MASK128
+    hi, lo = s >> 64, s & MASK64
+    x, rot = hi ^ lo, hi >> 58
+    word = ((x >> rot) | (x << ((64 - rot) & 63))) & MASK64
+    return (word >> 11) < t
 
 
 def strided_states(seed_and_inc: tuple[int, int], count: int, stride: int) -> tuple[np.ndarray, np.ndarray]:
