@@ -48,6 +48,26 @@ def test_integer_threshold_is_the_float_comparison(p):
     assert t == min(int(np.ceil(p * 2 ** 53)), 2 ** 53)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_in_place_column_kernel_equals_the_step_by_step_draw(seed):
+    """``pcg64.Column`` (a whole slot's draws in scratch buffers) gives ``below(affine(...))``'s
+    booleans: random maps and states, lengths off the chunk size, states whose low-word sum carries,
+    and thresholds at 0, 1/2, an odd p and 1."""
+    rng = np.random.default_rng(seed)
+    chunk = int(rng.integers(1, 300))
+    n = int(rng.integers(1, 5 * chunk))
+    s_hi, s_lo = rng.integers(0, 2 ** 64, (2, n), dtype=np.uint64)
+    s_lo[: n // 3] = np.uint64(2 ** 64 - 1) - rng.integers(0, 4, n // 3, dtype=np.uint64)  # carries
+    kernel = pcg64.Column(chunk)
+    for _ in range(3):
+        (a_hi, a_lo), (c_hi, c_lo) = (rng.integers(0, 2 ** 64, 2, dtype=np.uint64) for _ in range(2))
+        for p in (0.0, 0.5, 1 / 3, 1.0):
+            t = pcg64.threshold(p)
+            want = pcg64.below(*pcg64.affine(a_hi, a_lo, c_hi, c_lo, s_hi, s_lo), t)
+            got = kernel.below((a_hi, a_lo), (c_hi, c_lo), s_hi, s_lo, t, np.empty(n, bool))
+            np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("p", [0.0, 0.3, 0.5, 1.0])
 def test_one_draw_in_python_integers_is_numpys_draw(p):
     # the scalar path of one-client queries against numpy's own stream: draw k of client c is

@@ -351,6 +351,36 @@ def test_block_counts_follow_every_write_and_find_the_ranked_ids(seed):
     assert view.block_counts(np.asarray(view.evaluable()).copy()) is None  # not a mask the view keeps
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_once_per_round_mask_follows_rounds_without_a_pass_over_n(seed):
+    """The once-per-round set moves to a new round by rewriting only the clients picked since the last
+    round's mask (no pass over N): over random picks, tier and busy writes, rounds that advance by
+    zero, one or several (the mask asked for at some rounds only, picks made before a round's mask is
+    asked), and a round that goes back, it equals its recomputation from the arrays."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(50, 3 * 4096))
+    view = ClientMap.create(np.ones(n, np.int64))
+    view.set_tier(slice(None), rng.integers(0, 3, n))
+    r = 0
+    view.trainable(r, True)
+    for step in range(60):
+        r += int(rng.choice([0, 0, 1, 1, 2, 3]))
+        if step == 40:
+            r -= 2  # a round before the mask's (a restored or hand-driven view): recomputed
+        for c in rng.choice(n, int(rng.integers(1, 30)), replace=False).tolist():
+            view.mark_selected(c, r)
+            view.set_busy(c, bool(rng.random() < 0.5))
+        if step % 4 == 0:
+            clients = rng.choice(n, int(rng.integers(1, n)), replace=False)
+            view.set_tier(clients, rng.integers(0, 3, clients.size))
+        if rng.random() < 0.6:
+            view.check_index(r)
+            assert view.num_trainable(r, True) == int(np.count_nonzero(
+                view.trainable(r, False) & (view.last_selected_round != r)))
+    index = view._index()
+    assert len(index.once_marked) <= 30 * 60  # only the picks are listed, never the population
+
+
 @pytest.mark.parametrize("seed", range(10))
 def test_oort_exploration_by_rank_draws_what_choice_over_the_ids_draws(seed):
     from felix_jax.policies.selectors.oort import _ids_at_ranks

@@ -34,7 +34,6 @@ from .availability import AvailabilityTrace, BeyondEnd, ChangeCursor, Tier, Trac
 
 _TRAIN, _OFF = np.int8(int(Tier.AVL_TRAIN)), np.int8(int(Tier.UN_AVL))
 _CACHED_CLIENTS = 8192  # clients whose slot states a SlotTrace keeps for the one-client queries
-_CHUNK = 1 << 16  # clients per block of a whole-slot column's draws (the temporaries stay in cache)
 _COLUMN_BYTES = 1 << 27  # whole-slot columns kept (int8, one byte a client): at least two
 
 
@@ -160,9 +159,14 @@ class SlotTrace(TraceQueries):
         if const is not None:
             col = np.full(n, const, dtype=np.int8)
         else:
-            col = np.empty(n, dtype=np.int8)
-            for start in range(0, n, _CHUNK):
-                col[start:start + _CHUNK] = self._draw(np.arange(start, min(start + _CHUNK, n)), k)
+            _, _, base_hi, base_lo, a_hi, a_lo, c_hi, c_lo = self._stream
+            up = pcg64.Column().below((a_hi[k], a_lo[k]), (c_hi[k], c_lo[k]), base_hi, base_lo, self._threshold,
+                                      np.empty(n, dtype=bool))
+            col = up.view(np.int8)  # 0 / 1, in place to UN_AVL / AVL_TRAIN
+            if _OFF == 0:
+                col *= _TRAIN
+            else:
+                col = np.where(up, _TRAIN, _OFF)
         self._columns[k] = col
         if len(self._columns) > max(2, _COLUMN_BYTES // max(n, 1)):
             self._columns.popitem(last=False)
@@ -245,6 +249,14 @@ class SlotTrace(TraceQueries):
     # -------------------------------------------------------------- queries
     def state_at(self, t, clients=None) -> np.ndarray:
         """As :meth:`AvailabilityTrace.state_at`."""
+        if np.ndim(t) == 0:  # one time (a refresh): one slot for every client asked, no per-client times
+            t = self._check_time(t)
+            if self._times.period is not None:
+                t = np.mod(t, np.float64(self._times.period))
+            k = int(self._times.slots[self._times.active(t)])
+            if clients is None:
+                return self._column(k).copy()
+            return self._slot_states(self._client_index(clients), np.int64(k))
         c, t = self._query(t, clients)
         if self._times.period is not None:
             t = np.mod(t, self._times.period)

@@ -107,6 +107,75 @@ def below(s_hi: np.ndarray, s_lo: np.ndarray, t: np.uint64) -> np.ndarray:
     return (_word(s_hi, s_lo) >> _U11) < t
 
 
+class Column:
+    """``below(affine(a, c, s), t)`` over contiguous runs of states ``s`` with one scalar map ``(a, c)``
+    (a whole-slot column: every client's draw in one slot), written in place into ``out``.
+
+    The same integers as ``affine`` / ``below`` step by step (tested equal), in a fixed set of
+    ``chunk``-sized scratch buffers, every operation ``out=`` one of them: no temporary per step and a
+    working set that stays in cache. ``(a, c)``'s 32-bit halves are split once per map, not per client.
+    """
+
+    def __init__(self, chunk: int = 1 << 14):
+        self.chunk = int(chunk)
+        self._buf = [np.empty(self.chunk, np.uint64) for _ in range(5)]
+        self._carry = np.empty(self.chunk, bool)
+
+    def below(self, a: tuple, c: tuple, s_hi: np.ndarray, s_lo: np.ndarray, t: np.uint64,
+              out: np.ndarray) -> np.ndarray:
+        """``out[i] = below(affine(a_hi, a_lo, c_hi, c_lo, s_hi[i], s_lo[i]), t)``; ``a``, ``c``: (high, low) uint64 scalars."""
+        a_hi, a_lo = np.uint64(a[0]), np.uint64(a[1])
+        c_hi, c_lo = np.uint64(c[0]), np.uint64(c[1])
+        a0, a1 = a_lo & _M32, a_lo >> _U32
+        n = s_lo.shape[0]
+        with np.errstate(over="ignore"):
+            for start in range(0, n, self.chunk):
+                stop = min(start + self.chunk, n)
+                m = stop - start
+                y0, y1, p, q, hi = (b[:m] for b in self._buf)
+                carry = self._carry[:m]
+                sl, sh = s_lo[start:stop], s_hi[start:stop]
+                # hi = mulhi(a_lo, s_lo) on 32-bit halves, as _mulhi does
+                np.bitwise_and(sl, _M32, out=y0)
+                np.right_shift(sl, _U32, out=y1)
+                np.multiply(y0, a0, out=p)
+                np.right_shift(p, _U32, out=p)  # (x0 * y0) >> 32
+                np.multiply(y1, a0, out=q)  # p01
+                np.multiply(y0, a1, out=y0)  # p10
+                np.multiply(y1, a1, out=hi)
+                np.right_shift(q, _U32, out=y1)
+                np.add(hi, y1, out=hi)
+                np.right_shift(y0, _U32, out=y1)
+                np.add(hi, y1, out=hi)
+                np.bitwise_and(q, _M32, out=q)
+                np.add(p, q, out=p)
+                np.bitwise_and(y0, _M32, out=y0)
+                np.add(p, y0, out=p)  # mid < 3 * 2**32
+                np.right_shift(p, _U32, out=p)
+                np.add(hi, p, out=hi)
+                # + a_lo * s_hi + a_hi * s_lo, then + c with the low word's carry
+                np.multiply(sh, a_lo, out=p)
+                np.add(hi, p, out=hi)
+                np.multiply(sl, a_hi, out=p)
+                np.add(hi, p, out=hi)
+                np.multiply(sl, a_lo, out=q)  # low word of the product
+                np.add(q, c_lo, out=p)  # the new state's low word
+                np.less(p, q, out=carry)
+                np.add(hi, c_hi, out=hi)
+                np.add(hi, carry, out=hi, casting="unsafe")
+                # XSL-RR: x = hi ^ lo rotated right by hi >> 58, then its top 53 bits against t
+                np.bitwise_xor(hi, p, out=q)
+                np.right_shift(hi, _U58, out=hi)
+                np.right_shift(q, hi, out=p)
+                np.negative(hi, out=hi)
+                np.bitwise_and(hi, _U63, out=hi)  # (64 - rot) & 63
+                np.left_shift(q, hi, out=q)
+                np.bitwise_or(p, q, out=p)
+                np.right_shift(p, _U11, out=p)
+                np.less(p, t, out=out[start:stop])
+        return out
+
+
 def join(hi, lo) -> int:
     """A (high, low) uint64 pair as one Python int."""
     return (int(hi) << 64) | int(lo)

@@ -71,6 +71,7 @@ class ClientMap:
         index = self._index()
         _write(self.last_selected_round, client, current_round)
         index.update(self, client)
+        index.marked(client)
 
     def record_utility(self, client: int, utility: float, current_round: int) -> None:
         index = self._index()
@@ -291,6 +292,9 @@ class _Index:
         self.once_ok: np.ndarray | None = None
         self.once_blocks: np.ndarray | None = None
         self.n_once = 0
+        # every client whose last_selected_round >= once_round is listed here (and perhaps others):
+        # the only rows a new round's once mask can differ in from the last round's
+        self.once_marked: list[int] = []
         self.explored = _SortedIds(view.utility_round >= 0)
         self.trained = _SortedIds(view.times_trained > 0)
         observed = view.duration_s[self.explored.mask]
@@ -306,6 +310,9 @@ class _Index:
 
     def update(self, view: ClientMap, clients) -> None:
         if isinstance(clients, slice):
+            if clients == slice(None):  # every client (a full refresh): whole-array passes, no ids
+                self._update_all(view)
+                return
             clients = np.arange(len(view.tier))[clients]
         if isinstance(clients, (int, np.integer)):  # one client (a dispatch, a reply): scalar steps
             self._update_one(view, int(clients))
@@ -330,6 +337,24 @@ class _Index:
             self.once_ok[c] = once
             _move_counts(self.once_blocks, c, was_once, once)
 
+    def _update_all(self, view: ClientMap) -> None:
+        """``update`` for every client: the masks rewritten in place (the read-only views handed out
+        stay views of them), the counts and block counts recomputed."""
+        idle = ~view.busy
+        np.logical_and(view.tier == Tier.AVL_TRAIN, idle, out=self.train_ok)
+        np.logical_and(view.tier >= Tier.AVL_EVAL, idle, out=self.eval_ok)
+        self.n_train = int(np.count_nonzero(self.train_ok))
+        self.n_eval = int(np.count_nonzero(self.eval_ok))
+        self.train_blocks[:] = block_counts(self.train_ok)
+        self.eval_blocks[:] = block_counts(self.eval_ok)
+        if self.once_ok is not None:  # picked this round: listed in once_marked, so no pass over the rounds
+            np.copyto(self.once_ok, self.train_ok)
+            m = np.asarray(self.once_marked, np.int64)
+            m = m[view.last_selected_round[m] == self.once_round]
+            self.once_ok[m] = False
+            self.n_once = int(np.count_nonzero(self.once_ok))
+            self.once_blocks[:] = block_counts(self.once_ok)
+
     def _update_one(self, view: ClientMap, i: int) -> None:
         """``update`` for one client, in Python scalars (the same counts and masks)."""
         idle = not view.busy[i]
@@ -351,10 +376,26 @@ class _Index:
                 self.n_once += 1 if once else -1
                 self.once_blocks[b] += 1 if once else -1
 
+    def marked(self, client: int) -> None:
+        """``client``'s last_selected_round was written (a training pick)."""
+        if self.once_ok is not None:
+            self.once_marked.append(int(client))
+
     def once_mask(self, view: ClientMap, current_round: int) -> np.ndarray:
-        if self.once_round != current_round:  # a new round: one pass over N, once per aggregation
-            self.once_ok = self.train_ok & (view.last_selected_round != current_round)
-            self.n_once = int(np.count_nonzero(self.once_ok))
-            self.once_blocks = block_counts(self.once_ok)
+        if self.once_round != current_round:
+            if self.once_ok is None or current_round < self.once_round:  # first use: one pass over N
+                self.once_ok = self.train_ok & (view.last_selected_round != current_round)
+                self.n_once = int(np.count_nonzero(self.once_ok))
+                self.once_blocks = block_counts(self.once_ok)
+                self.once_marked = np.flatnonzero(view.last_selected_round >= current_round).tolist()
+            else:  # a later round: only the clients picked since the last round's mask can change
+                m = np.unique(np.asarray(self.once_marked, np.int64))
+                lsr = view.last_selected_round[m]
+                once = self.train_ok[m] & (lsr != current_round)
+                was = self.once_ok[m]
+                self.n_once += int(np.count_nonzero(once)) - int(np.count_nonzero(was))
+                self.once_ok[m] = once
+                _move_counts(self.once_blocks, m, was, once)
+                self.once_marked = m[lsr >= current_round].tolist()
             self.once_round = current_round
         return self.readonly(self.once_ok)

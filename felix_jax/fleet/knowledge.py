@@ -106,6 +106,9 @@ class ViewTracker:
             self._dirty = []
         if not changed.size:
             return
+        if changed.size * 4 >= view.num_clients:  # a slot boundary that flips a good share of the fleet:
+            refresh_view(self.knowledge, view, self.trace, now, self.sees_eval_tier)  # whole-array passes
+            return
         clients = unique_ids(changed, view.num_clients)
         tier = self.trace.state_at(now, clients)
         if not self.sees_eval_tier:
