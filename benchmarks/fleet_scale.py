@@ -44,6 +44,20 @@ def digits8_npz(path: str) -> str:
     return path
 
 
+def fleet_scenario(num_clients: int, concurrency: int, aggregations: int, strategy: str, seed: int,
+                   dataset: str, availability: str = "avail50", slot_s: float = 600.0, trace_form: str = "auto",
+                   aggregation_goal: int | None = None):
+    """The benchmark's scenario: the tiny MLP on a shared pool, ``concurrency`` tasks in flight."""
+    from felix_jax.experiment.scenario import Scenario
+
+    return Scenario(name="fleet-scale", dataset=dataset, model="mlp", partition="pool", num_clients=num_clients,
+                    alpha=0.5, batch_size=4, learning_rate=0.1, local_mode="steps", local_steps=1,
+                    availability=availability, slot_s=slot_s, trace_form=trace_form, strategy=strategy,
+                    concurrency=concurrency, aggregation_goal=aggregation_goal or max(1, concurrency // 10),
+                    target_accuracy=None, max_virtual_hours=24.0,
+                    max_aggregations=aggregations, eval_every=max(1, aggregations // 4), seed=seed)
+
+
 def measure(num_clients: int, concurrency: int, aggregations: int, strategy: str, seed: int,
             dataset: str = "digits", availability: str = "avail50", slot_s: float = 600.0,
             trace_form: str = "auto", aggregation_goal: int | None = None, snapshot: bool = False) -> dict:
@@ -52,17 +66,12 @@ def measure(num_clients: int, concurrency: int, aggregations: int, strategy: str
     import numpy as np
 
     from felix_jax.experiment.runner import build_simulator
-    from felix_jax.experiment.scenario import Scenario
 
     compiles = []  # seconds of each XLA compilation
     jax.monitoring.register_event_duration_secs_listener(
         lambda name, secs, **kw: compiles.append(secs) if name == "/jax/core/compile/backend_compile_duration" else None)
-    sc = Scenario(name="fleet-scale", dataset=dataset, model="mlp", partition="pool", num_clients=num_clients,
-                  alpha=0.5, batch_size=4, learning_rate=0.1, local_mode="steps", local_steps=1,
-                  availability=availability, slot_s=slot_s, trace_form=trace_form, strategy=strategy,
-                  concurrency=concurrency, aggregation_goal=aggregation_goal or max(1, concurrency // 10),
-                  target_accuracy=None, max_virtual_hours=24.0,
-                  max_aggregations=aggregations, eval_every=max(1, aggregations // 4), seed=seed)
+    sc = fleet_scenario(num_clients, concurrency, aggregations, strategy, seed, dataset, availability, slot_s,
+                        trace_form, aggregation_goal)
     t0 = time.perf_counter()
     sim = build_simulator(sc)
     build_s = time.perf_counter() - t0

@@ -616,6 +616,32 @@ def test_traceback_a_huge_client_count_is_refused_before_allocating(tmp_path):
              str(tmp_path / "o")], f"num_clients={10 ** 11}", "GB", "memory available on this machine")
 
 
+def test_traceback_a_trace_table_past_memory_is_refused_by_its_form(tmp_path, monkeypatch):
+    """The population's estimate counts the trace by the form it would take: a slot regime forced into a
+    table of 10^6 clients x 30 s slots (~13 GB to build) is refused on a 4 GB machine, naming the form,
+    while the same population as a function (~24 bytes a client) passes the check; a recorded trace
+    copied for every client (trace_form=table) is refused when it is read, before the copy."""
+    import felix_jax.memory
+    from felix_jax.experiment import get_preset
+    from felix_jax.experiment.build import _check_population
+    from tests.conftest import REFERENCE_FILE, require_data
+
+    require_data(REFERENCE_FILE)
+    monkeypatch.setattr(felix_jax.memory, "available_bytes", lambda: 4 * 1024 ** 3)
+    sets = ["--set", "partition=pool", "--set", "num_clients=1000000", "--set", "availability=avail50",
+            "--set", "slot_s=30", "--set", "max_virtual_hours=24"]
+    refused(["run", *TINY, *sets, "--set", "trace_form=table", "--out", str(tmp_path / "o")],
+            "num_clients=1000000", "availability trace", "trace_form=table", "more than the 4.0 GB")
+    assert not (tmp_path / "o").exists()
+    sc = get_preset("tiny").with_overrides({"partition": "pool", "num_clients": "1000000", "availability": "avail50",
+                                            "slot_s": "30", "max_virtual_hours": "24", "trace_form": "function"})
+    _check_population(sc, 1437)  # fits: no exception
+    monkeypatch.setattr(felix_jax.memory, "available_bytes", lambda: 256 * 1024 ** 2)
+    refused(["run", *TINY, "--set", "partition=pool", "--set", "num_clients=200000", "--set",
+             "availability=mobiperf", "--set", "trace_form=table", "--out", str(tmp_path / "m")],
+            "num_clients=200000", "mobiperf trace", "copied for every client", "trace_form=function")
+
+
 def test_traceback_a_stream_rate_past_memory_is_refused_before_allocating(tmp_path, monkeypatch):
     import felix_jax.memory
 

@@ -24,7 +24,7 @@ from ..memory import check_fits
 from ..options import OptionError, to_json
 from ..policies import make_aggregator, make_selector
 from ..traces import load_reference_clients
-from .registry import make_model, make_profile, make_trace
+from .registry import make_model, make_profile, make_trace, trace_bytes_estimate
 from .resolution import check_fleet, fleet_config, stop_rule
 from .scenario import Scenario
 
@@ -122,9 +122,10 @@ def reference_zero_step(sc: Scenario, small_clients: str) -> np.ndarray | None:
     return paper_client_sizes(sc.num_clients) < sc.batch_size
 
 
-# a client's host and device memory besides its data rows (server view, trace rows, profile, counts): an
-# upper estimate (avail50 holds ~650 bytes of trace rows per client over a day)
-CLIENT_OVERHEAD_BYTES = 1024
+# a client's host and device memory besides its data rows and its trace (the server view, the device
+# profile, the simulator's and the engine's bookkeeping: 128 bytes measured, docs/architecture.md
+# "Memory per client"), with room for the run's own temporaries
+CLIENT_OVERHEAD_BYTES = 192
 
 
 def _check_population(sc: Scenario, num_samples: int) -> None:
@@ -141,9 +142,15 @@ def _check_population(sc: Scenario, num_samples: int) -> None:
         widest = int(reference_sizes(min(300, num_samples), num_samples).max())
     else:  # rows of a split: the clients share the samples
         widest = -(-num_samples // sc.num_clients)
-    row = 2 * 4 * widest + CLIENT_OVERHEAD_BYTES
-    check_fits(sc.num_clients * row, f"num_clients={sc.num_clients}",
-               f"the clients' tables (about {row:,} bytes per client)")
+    n = sc.num_clients
+    data_row = 2 * 4 * widest  # int32 index rows, built on the host and uploaded
+    trace = trace_bytes_estimate(sc.availability, n, sc.slot_s,
+                                 sc.max_virtual_hours * 3600 * sc.trace_speedup + sc.trace_start_s, sc.trace_form)
+    per_client = data_row + CLIENT_OVERHEAD_BYTES + trace / max(n, 1)
+    check_fits(n * per_client, f"num_clients={n}",
+               f"the clients' tables (about {per_client:,.0f} bytes per client: data index rows {data_row:,}, "
+               f"availability trace {trace / max(n, 1):,.0f} (trace_form={sc.trace_form}), view and profile "
+               f"{CLIENT_OVERHEAD_BYTES})")
 
 
 def reference_sizes(num_clients: int, num_samples: int) -> np.ndarray:

@@ -39,12 +39,46 @@ TRACE_FORMS = ("auto", "table", "function")
 TABLE_ROWS_LIMIT = 1 << 24
 
 
+# host bytes a trace's change row takes while its table is built (float64 time, int8 state, and the
+# int64 row index and copies of a restrict / a generator's draws): an upper estimate of the build's peak
+TABLE_ROW_BUILD_BYTES = 26
+# a trace held as a function: the slot stream's 16 bytes a client, a boundary's changed ids (8 bytes
+# each, about half the clients) and whole-slot columns (at most on_demand's column budget)
+FUNCTION_CLIENT_BYTES = 24
+
+
 def _cycle(trace: AvailabilityTrace, n: int, what: str = "the trace", form: str = "table"):
     reuse_notice(what, trace.num_clients, n)
     if form == "function" or (form == "auto" and n > trace.num_clients
                               and n * (trace.num_rows / trace.num_clients) > TABLE_ROWS_LIMIT):
         return CyclicTrace(trace, n)  # the same answers as the copy below, without copying a row
+    if n > trace.num_clients:  # a copy of every client's rows: refused before it is made if it cannot fit
+        from ..memory import check_fits
+
+        rows = n * trace.num_rows / trace.num_clients
+        check_fits(rows * TABLE_ROW_BUILD_BYTES, f"num_clients={n}",
+                   f"{what} copied for every client as a table (trace_form={form}: ~{rows:,.0f} change rows; "
+                   "trace_form=function reuses it without copying)")
     return trace.restrict(np.arange(n) % trace.num_clients)
+
+
+def trace_bytes_estimate(name: str, num_clients: int, slot_s: float = 600.0, horizon_s: float = 86400.0,
+                         form: str = "table") -> float:
+    """An upper estimate of the host bytes the regime's trace takes for ``num_clients`` (its build's
+    peak), known without building it: the slot regimes and ``avail100`` by formula; 0 for a trace read
+    from a file (a reference trace, a user's file), whose copy is checked when the file is read."""
+    if name == "avail100":
+        return 0.0 if form == "function" or (form == "auto" and num_clients > TABLE_ROWS_LIMIT) \
+            else 2.0 * num_clients * TABLE_ROW_BUILD_BYTES
+    p = _SLOT_P.get(name)
+    if p is None:
+        return 0.0
+    _, rows = _slot_rows(num_clients, p, slot_s, horizon_s)
+    if form == "function" or (form == "auto" and rows > TABLE_ROWS_LIMIT):
+        from ..traces.on_demand import _COLUMN_BYTES
+
+        return num_clients * FUNCTION_CLIENT_BYTES + min(_COLUMN_BYTES, 12 * num_clients)
+    return rows * TABLE_ROW_BUILD_BYTES
 
 
 _NOTED: set[tuple[str, int, int]] = set()
@@ -64,13 +98,19 @@ def reuse_notice(what: str, own: int, wanted: int) -> None:
 MAX_GENERATED_SLOTS = 144 * 7  # slot traces longer than a week of 600 s slots repeat with that period
 
 
+def _slot_rows(n: int, p: float, slot_s: float, horizon_s: float) -> tuple[int, float]:
+    """A slot regime's slots, and the change rows its table would hold (expected: the first row, the
+    changes, the end): independent slots over the whole run, at least the paper's 144, at most a week."""
+    needed = math.ceil(horizon_s / slot_s) if math.isfinite(horizon_s) else MAX_GENERATED_SLOTS
+    slots = int(min(max(144, needed), MAX_GENERATED_SLOTS))
+    return slots, n * (2 + (slots - 1) * 2 * p * (1 - p))
+
+
 def _slots(p: float) -> Callable[..., AvailabilityTrace]:
     def make(n: int, seed: int, slot_s: float = 600.0, horizon_s: float = 86400.0, form: str = "table"):
         # Independent slots over the whole run (at least the paper's 144): only the very
         # first slot is forced available, not the first slot of every repeated day.
-        needed = math.ceil(horizon_s / slot_s) if math.isfinite(horizon_s) else MAX_GENERATED_SLOTS
-        slots = int(min(max(144, needed), MAX_GENERATED_SLOTS))
-        rows = n * (2 + (slots - 1) * 2 * p * (1 - p))  # expected: the first row, the changes, the end
+        slots, rows = _slot_rows(n, p, slot_s, horizon_s)
         if form == "function" or (form == "auto" and rows > TABLE_ROWS_LIMIT):
             return SlotTrace(n, p, num_slots=slots, slot_s=slot_s, seed=seed, beyond_end="repeat")
         return slot_bernoulli(n, p, num_slots=slots, slot_s=slot_s, seed=seed, beyond_end="repeat")
@@ -84,10 +124,12 @@ def _always(n: int, seed: int, slot_s: float = 600.0, horizon_s: float = 86400.0
     return always_available(n, 86400.0)
 
 
+_SLOT_P = {"avail90": 0.9, "avail50": 0.5}  # the slot regimes' availability per slot
+
 AVAILABILITY: dict[str, Callable[..., AvailabilityTrace]] = {
     "avail100": _always,
-    "avail90": _slots(0.9),
-    "avail50": _slots(0.5),
+    "avail90": _slots(_SLOT_P["avail90"]),
+    "avail50": _slots(_SLOT_P["avail50"]),
     "mobiperf": lambda n, seed, slot_s=600.0, horizon_s=86400.0, form="table": _cycle(
         load_reference_trace("mobiperf_3st_50"), n, "the mobiperf trace (ref:mobiperf_3st_50)", form),
 }
