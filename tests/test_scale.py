@@ -351,6 +351,26 @@ def test_block_counts_follow_every_write_and_find_the_ranked_ids(seed):
     assert view.block_counts(np.asarray(view.evaluable()).copy()) is None  # not a mask the view keeps
 
 
+def test_view_columns_are_int32_and_staleness_keys_do_not_overflow():
+    """The view's integer columns are int32 (16 bytes a client less than int64); the staleness keys
+    ``utility_round * N + id`` are int64, so rounds near 2**31 order correctly, maintained or rebuilt."""
+    n = 8
+    view = ClientMap.create(np.arange(1, n + 1))
+    for name in ("num_samples", "utility_round", "last_selected_round", "times_trained"):
+        assert getattr(view, name).dtype == np.int32, name
+    rounds = [2 ** 31 - 1 - 3 * i for i in range(n)]  # round * N passes 2**31 many times over
+    for c, r in enumerate(rounds):
+        view.record_training(c, 1.0)
+        view.record_utility(c, 0.5, r)
+    view.check_index(rounds[0])  # the maintained order equals its rebuild from the int32 arrays
+    keys = view.staleness_order()
+    assert keys.dtype == np.int64
+    np.testing.assert_array_equal(keys // n, sorted(rounds))
+    np.testing.assert_array_equal(keys % n, np.argsort(rounds, kind="stable"))
+    with pytest.raises(ValueError, match="2\\*\\*31"):
+        ClientMap.create(np.array([1, 2 ** 31]))
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_once_per_round_mask_follows_rounds_without_a_pass_over_n(seed):
     """The once-per-round set moves to a new round by rewriting only the clients picked since the last

@@ -16,13 +16,15 @@ from ..traces import Tier
 
 @dataclasses.dataclass
 class ClientMap:
+    # Integer columns are int32 (rounds, counts and sizes stay far below 2**31): exact, and 16 bytes a
+    # client less than int64 (a snapshot written with int64 columns restores as it was written).
     tier: np.ndarray  # (N,) int8: tier as the server believes it
     busy: np.ndarray  # (N,) bool: has a task the server has not heard back from
-    num_samples: np.ndarray  # (N,) int64: client data size (reported at registration)
+    num_samples: np.ndarray  # (N,) int32: client data size (reported at registration)
     utility: np.ndarray  # (N,) float64: latest statistical utility U
-    utility_round: np.ndarray  # (N,) int64: aggregation round U was measured at (-1: never)
-    last_selected_round: np.ndarray  # (N,) int64: round of the last training selection (-1: never)
-    times_trained: np.ndarray  # (N,) int64: training replies received
+    utility_round: np.ndarray  # (N,) int32: aggregation round U was measured at (-1: never)
+    last_selected_round: np.ndarray  # (N,) int32: round of the last training selection (-1: never)
+    times_trained: np.ndarray  # (N,) int32: training replies received
     duration_s: np.ndarray  # (N,) float64: last observed training-task duration (nan: unknown)
     # (N,) float64: training-task duration the client's system profile gives at registration (nan: unknown)
     registered_duration_s: np.ndarray
@@ -39,14 +41,17 @@ class ClientMap:
     def create(num_samples: np.ndarray, registered_duration_s: np.ndarray | None = None) -> "ClientMap":
         n = len(num_samples)
         registered = np.full(n, np.nan) if registered_duration_s is None else registered_duration_s
+        num_samples = np.asarray(num_samples)
+        if num_samples.size and not 0 <= int(num_samples.min()) <= int(num_samples.max()) < 2 ** 31:
+            raise ValueError("client sizes must lie in [0, 2**31)")
         return ClientMap(
             tier=np.full(n, Tier.AVL_TRAIN, np.int8),  # every client is registered available at t=0
             busy=np.zeros(n, bool),
-            num_samples=np.asarray(num_samples, np.int64),
+            num_samples=num_samples.astype(np.int32),
             utility=np.zeros(n),
-            utility_round=np.full(n, -1, np.int64),
-            last_selected_round=np.full(n, -1, np.int64),
-            times_trained=np.zeros(n, np.int64),
+            utility_round=np.full(n, -1, np.int32),
+            last_selected_round=np.full(n, -1, np.int32),
+            times_trained=np.zeros(n, np.int32),
             duration_s=np.full(n, np.nan),
             registered_duration_s=np.asarray(registered, np.float64).copy(),
         )
@@ -300,7 +305,7 @@ class _Index:
         observed = view.duration_s[self.explored.mask]
         self.durations = _SortedValues(observed[np.isfinite(observed)])  # T_pref's population, sorted
         trained = self.trained.ids()
-        self.staleness = _SortedValues(view.utility_round[trained] * np.int64(view.num_clients) + trained)
+        self.staleness = _SortedValues(view.utility_round[trained].astype(np.int64) * view.num_clients + trained)
 
     @staticmethod
     def readonly(a: np.ndarray) -> np.ndarray:
