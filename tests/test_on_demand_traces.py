@@ -114,6 +114,10 @@ def _assert_same(table, fn, rng):
         np.testing.assert_array_equal(got, want)
     t0 = float(ts[0])
     np.testing.assert_array_equal(fn.state_at(t0), table.state_at(t0))  # every client at once
+    for t in np.concatenate([ts[:4], ts[-120:-116], ts[-80:-76]]):  # one time, some clients (a refresh):
+        # random times, change times and the times just before them
+        np.testing.assert_array_equal(fn.state_at(t, cs), table.state_at(t, cs))
+        np.testing.assert_array_equal(fn.state_at(float(t), cs[:1]), table.state_at(float(t), cs[:1]))
     for got, want in zip(fn.next_change_after(t0), table.next_change_after(t0)):
         np.testing.assert_array_equal(got, want)
     for t, c in zip(ts[:25], cs[:25]):
