@@ -401,6 +401,31 @@ def test_once_per_round_mask_follows_rounds_without_a_pass_over_n(seed):
     assert len(index.once_marked) <= 30 * 60  # only the picks are listed, never the population
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_random_selector_by_rank_picks_what_choice_over_the_eligible_ids_picks(seed):
+    """FedAvg / FedBuff's uniform pick finds its clients by rank (the view's block counts, or the walk
+    for a mask the view does not keep): the same clients, from the same stream, as ``rng.choice`` over
+    ``flatnonzero(eligible)``, with or without the caller's count of the eligible clients."""
+    from felix_jax.fleet.clientmap import BLOCK_ROWS
+    from felix_jax.policies.selectors.base import SelectionContext
+    from felix_jax.policies.selectors.random_selector import make_random_selector
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 5 * BLOCK_ROWS))
+    view = ClientMap.create(np.ones(n, np.int64))
+    view.set_tier(slice(None), np.where(rng.random(n) < rng.uniform(0.01, 1.0), Tier.AVL_TRAIN, Tier.UN_AVL))
+    select = make_random_selector().select
+    for mask in (view.trainable(0, False), np.asarray(view.trainable(0, False)).copy()):
+        ids = np.flatnonzero(mask)
+        for k in (1, 7, 300, ids.size + 5):
+            for counted in (None, ids.size):
+                ctx = SelectionContext(view, mask, 0, 0.0, np.random.default_rng(seed), num_eligible=counted)
+                got, _ = select(None, ctx, k)
+                want = np.sort(np.random.default_rng(seed).choice(ids, min(k, ids.size), replace=False)) \
+                    if ids.size else np.zeros(0, np.int64)
+                np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("seed", range(10))
 def test_oort_exploration_by_rank_draws_what_choice_over_the_ids_draws(seed):
     from felix_jax.policies.selectors.oort import _ids_at_ranks

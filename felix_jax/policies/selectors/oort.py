@@ -29,6 +29,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .base import SelectionContext, Selector
+from .ranks import ids_at_ranks as _ids_at_ranks, ids_at_ranks_counted as _ids_at_ranks_counted  # noqa: F401
 from .oort_math import (OortConfig, PacerState, epsilon_schedule, exploit_candidates, exploration_prior,
                         exploration_window, oort_scores, pacer_input, preferred_duration,
                         preferred_duration_sorted, sample_by_score, split_explore_exploit)
@@ -76,49 +77,6 @@ def _t_pref(view, t_pref_over: str, threshold: float, eligible_mask: np.ndarray,
         return d if np.isfinite(d) else float(unknown_s)
     durations = _durations(view)
     return preferred_duration(durations[np.isfinite(durations)], threshold)
-
-
-_BLOCK = 1 << 16  # rows per block of _ids_at_ranks' walk
-
-
-def _ids_at_ranks(block, ranks: np.ndarray) -> np.ndarray:
-    """``np.flatnonzero(mask)[ranks]`` without building or listing the whole mask: ``block(start,
-    stop)`` gives the mask's rows [start, stop); a walk over blocks in rank order counts each block's
-    set rows and lists only the blocks the ranks fall in (a few ranks among 10^5..10^6 set rows)."""
-    ranks = np.asarray(ranks, np.int64)
-    out = np.empty(ranks.size, np.int64)
-    start, before = 0, 0  # the block's first row; set rows before it
-    rows = block(0, _BLOCK)
-    count = int(np.count_nonzero(rows))
-    listed = None
-    for i in np.argsort(ranks, kind="stable").tolist():
-        r = int(ranks[i])
-        while before + count <= r:
-            before += count
-            start += _BLOCK
-            rows = block(start, start + _BLOCK)
-            count = int(np.count_nonzero(rows))
-            listed = None
-        if listed is None:
-            listed = np.flatnonzero(rows)
-        out[i] = start + listed[r - before]
-    return out
-
-
-def _ids_at_ranks_counted(block, counts: np.ndarray, block_rows: int, ranks: np.ndarray) -> np.ndarray:
-    """``_ids_at_ranks`` when the mask's per-block counts are known (``counts[b]``: set rows among
-    rows ``[b * block_rows, (b + 1) * block_rows)``): a search over the counts, then the rows of the
-    blocks the ranks fall in only."""
-    ranks = np.asarray(ranks, np.int64)
-    out = np.empty(ranks.size, np.int64)
-    ends = np.cumsum(counts)
-    where = np.searchsorted(ends, ranks, side="right")
-    for b in np.unique(where).tolist():
-        sel = where == b
-        start = b * block_rows
-        listed = np.flatnonzero(block(start, start + block_rows))
-        out[sel] = start + listed[ranks[sel] - (ends[b] - counts[b])]
-    return out
 
 
 def make_oort_selector(config: OortConfig = OortConfig()) -> Selector:
