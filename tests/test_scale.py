@@ -376,7 +376,7 @@ def test_once_per_round_mask_follows_rounds_without_a_pass_over_n(seed):
     """The once-per-round set moves to a new round by rewriting only the clients picked since the last
     round's mask (no pass over N): over random picks, tier and busy writes, rounds that advance by
     zero, one or several (the mask asked for at some rounds only, picks made before a round's mask is
-    asked), and a round that goes back, it equals its recomputation from the arrays."""
+    asked), whole-fleet rewrites, and a round that goes back, it equals its recomputation from the arrays."""
     rng = np.random.default_rng(seed)
     n = int(rng.integers(50, 3 * 4096))
     view = ClientMap.create(np.ones(n, np.int64))
@@ -393,6 +393,8 @@ def test_once_per_round_mask_follows_rounds_without_a_pass_over_n(seed):
         if step % 4 == 0:
             clients = rng.choice(n, int(rng.integers(1, n)), replace=False)
             view.set_tier(clients, rng.integers(0, 3, clients.size))
+        elif step % 7 == 0:  # every client at once (a slot boundary's whole-array rewrite)
+            view.set_tier(slice(None), rng.integers(0, 3, n))
         if rng.random() < 0.6:
             view.check_index(r)
             assert view.num_trainable(r, True) == int(np.count_nonzero(
