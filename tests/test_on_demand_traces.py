@@ -232,6 +232,26 @@ def test_memory_is_per_client_stream_positions_only():
     assert table_rows * 9 > 50 * fn.nbytes
 
 
+def test_trace_bytes_estimate_by_hand():
+    """The memory check's trace estimate, worked out by hand. avail50, 1,000 clients, 600 s slots
+    over a day: 144 slots, 1,000 x (2 + 143 x 2 x 0.5 x 0.5) = 73,500 rows, 26 bytes each while built;
+    as a function: 24 bytes a client and the column budget (2**27 bytes, more than 2 columns of
+    1,000). 30 s slots: 2,880 wanted, capped at a week of 600 s slots (1,008): 505,500 rows."""
+    from felix_jax.experiment.registry import trace_bytes_estimate
+
+    assert trace_bytes_estimate("avail50", 1000, 600.0, 86400.0, "table") == 73_500 * 26
+    assert trace_bytes_estimate("avail50", 1000, 600.0, 86400.0, "auto") == 73_500 * 26  # under 2**24 rows
+    assert trace_bytes_estimate("avail50", 1000, 600.0, 86400.0, "function") == 1000 * 24 + 2 ** 27
+    assert trace_bytes_estimate("avail50", 1000, 30.0, 86400.0, "table") == 505_500 * 26
+    # 10^8 clients as a function: two columns of 10^8 bytes pass the budget
+    assert trace_bytes_estimate("avail50", 10 ** 8, 30.0, 86400.0, "auto") == 10 ** 8 * 24 + 2 * 10 ** 8
+    assert trace_bytes_estimate("avail90", 1000, 600.0, 86400.0, "table") == pytest.approx(
+        1000 * (2 + 143 * 2 * 0.9 * 0.1) * 26)
+    assert trace_bytes_estimate("avail100", 1000, form="table") == 2 * 1000 * 26
+    assert trace_bytes_estimate("avail100", 1000, form="function") == 0
+    assert trace_bytes_estimate("mobiperf", 1000, form="table") == 0  # a file: checked when it is read
+
+
 def test_make_trace_forms():
     # auto keeps the table while it is small, so a recorded run's trace (and its snapshot digest) is unchanged
     assert make_trace("avail50", 200, 3, 30.0, 3600.0, form="auto").form == "table"

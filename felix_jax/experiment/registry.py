@@ -47,10 +47,14 @@ TABLE_ROW_BUILD_BYTES = 26
 FUNCTION_CLIENT_BYTES = 24
 
 
+def _as_function(form: str, rows: float) -> bool:
+    """Whether a trace of ``rows`` change rows is held as a function under ``trace_form=form``."""
+    return form == "function" or (form == "auto" and rows > TABLE_ROWS_LIMIT)
+
+
 def _cycle(trace: AvailabilityTrace, n: int, what: str = "the trace", form: str = "table"):
     reuse_notice(what, trace.num_clients, n)
-    if form == "function" or (form == "auto" and n > trace.num_clients
-                              and n * (trace.num_rows / trace.num_clients) > TABLE_ROWS_LIMIT):
+    if form == "function" or (n > trace.num_clients and _as_function(form, n * trace.num_rows / trace.num_clients)):
         return CyclicTrace(trace, n)  # the same answers as the copy below, without copying a row
     if n > trace.num_clients:  # a copy of every client's rows: refused before it is made if it cannot fit
         from ..memory import check_fits
@@ -68,16 +72,16 @@ def trace_bytes_estimate(name: str, num_clients: int, slot_s: float = 600.0, hor
     peak), known without building it: the slot regimes and ``avail100`` by formula; 0 for a trace read
     from a file (a reference trace, a user's file), whose copy is checked when the file is read."""
     if name == "avail100":
-        return 0.0 if form == "function" or (form == "auto" and num_clients > TABLE_ROWS_LIMIT) \
-            else 2.0 * num_clients * TABLE_ROW_BUILD_BYTES
+        return 0.0 if _as_function(form, num_clients) else 2.0 * num_clients * TABLE_ROW_BUILD_BYTES
     p = _SLOT_P.get(name)
     if p is None:
         return 0.0
     _, rows = _slot_rows(num_clients, p, slot_s, horizon_s)
-    if form == "function" or (form == "auto" and rows > TABLE_ROWS_LIMIT):
+    if _as_function(form, rows):
         from ..traces.on_demand import _COLUMN_BYTES
 
-        return num_clients * FUNCTION_CLIENT_BYTES + min(_COLUMN_BYTES, 12 * num_clients)
+        # whole-slot columns: the cache keeps max(2, budget // N) of N bytes each
+        return num_clients * FUNCTION_CLIENT_BYTES + max(2 * num_clients, _COLUMN_BYTES)
     return rows * TABLE_ROW_BUILD_BYTES
 
 
@@ -111,7 +115,7 @@ def _slots(p: float) -> Callable[..., AvailabilityTrace]:
         # Independent slots over the whole run (at least the paper's 144): only the very
         # first slot is forced available, not the first slot of every repeated day.
         slots, rows = _slot_rows(n, p, slot_s, horizon_s)
-        if form == "function" or (form == "auto" and rows > TABLE_ROWS_LIMIT):
+        if _as_function(form, rows):
             return SlotTrace(n, p, num_slots=slots, slot_s=slot_s, seed=seed, beyond_end="repeat")
         return slot_bernoulli(n, p, num_slots=slots, slot_s=slot_s, seed=seed, beyond_end="repeat")
 
@@ -119,7 +123,7 @@ def _slots(p: float) -> Callable[..., AvailabilityTrace]:
 
 
 def _always(n: int, seed: int, slot_s: float = 600.0, horizon_s: float = 86400.0, form: str = "table"):
-    if form == "function" or (form == "auto" and n > TABLE_ROWS_LIMIT):
+    if _as_function(form, n):  # about a row a client
         return CyclicTrace(always_available(1, 86400.0), n)
     return always_available(n, 86400.0)
 
