@@ -27,12 +27,13 @@ import numpy as np
 
 from ..fleet.simulator import Checkpoint, RunRecord
 from .event_log import EVENT_COLUMNS, EVENTS_FILE, participation, plot_participation, write_event_log
+from .test_hits import TEST_HITS_FILE, write_test_hits
 from ..traces.data_paths import DataFileError, reading
 
 METRIC_COLUMNS = ["time_s", "hours", "version", "accuracy", "loss", "bytes_total", "staleness_mean", "interval_s"]
 # what a run writes into its folder (a replacing run replaces these and its snapshot, nothing else)
 RESULT_FILES = ("config.json", "metrics.csv", "summary.json", "distributions.json", "accuracy.png", EVENTS_FILE,
-                "participation.png", "tensorboard")  # tensorboard/: --log-to tensorboard (experiment/writers/)
+                "participation.png", "tensorboard", TEST_HITS_FILE)  # tensorboard/: --log-to tensorboard (experiment/writers/)
 SNAPSHOT_DIR = "snapshot"  # a run's snapshots (felix_jax.fleet.snapshot), for --resume
 
 
@@ -448,6 +449,8 @@ def write_results(out_dir: str | Path, config: dict, record: RunRecord, summary:
         "staleness": a.staleness, "agg_weights": a.agg_weights, "utility_age": a.utility_age,
         "aggregation_times_s": record.aggregation_times}))
     write_event_log(out / EVENTS_FILE, a.events, record.end_time_s)
+    if record.test_hits is not None:
+        write_test_hits(out / TEST_HITS_FILE, record.test_hits, record.num_test, record.checkpoints)
     if plot:
         plot_accuracy(record, out / "accuracy.png", title=run_title(config),
                       target=config.get("scenario", {}).get("target_accuracy"))

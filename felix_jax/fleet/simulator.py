@@ -17,7 +17,7 @@ from typing import Any, Callable
 import jax.numpy as jnp
 import numpy as np
 
-from ..cohort import CohortEngine, VersionStore, evaluate, evaluate_many, evaluate_weighted
+from ..cohort import CohortEngine, VersionStore, evaluate, evaluate_hits, evaluate_many, evaluate_weighted
 from ..data.federated import HeldOutSet
 from ..models.base import Model, Params
 from ..policies.aggregators.base import Aggregator, BufferInfo
@@ -77,6 +77,9 @@ class RunRecord:
     params: Params
     test_eval_calls: int = 0  # device calls that evaluated test checkpoints (the whole run, across resumes)
     num_clients: int = 0  # the population (participation statistics count clients that never took part)
+    # StopRule.keep_hits: np.packbits of each checkpoint's per-test-sample correctness, in checkpoint order
+    test_hits: list | None = None
+    num_test: int = 0  # test samples each checkpoint evaluated
 
 
 def _finite_utility(u) -> float:
@@ -159,6 +162,8 @@ class FleetSimulator:
         self.checkpoints: list[Checkpoint] = []
         self.aggregation_times: list[float] = [0.0]
         self._accuracies: list[float] = []
+        # stop.keep_hits: np.packbits of every checkpoint's per-test-sample correctness, one per checkpoint
+        self.test_hits: list[np.ndarray] = []
         self._pending: list[_PendingCheckpoint] = []  # checkpoints not evaluated yet (eval_batch > 1)
         # Accounting.mark() at the checkpoint being reported to on_checkpoint (metric writers read the bytes
         # by kind and the updates aggregated since the previous one from it)
@@ -255,7 +260,8 @@ class FleetSimulator:
         self._count_notifications()
         return RunRecord(self.checkpoints, self.aggregation_times, self.acct, self._stop_reason,
                          self._time_to_target, self.now, time.perf_counter() - t_host, self._events, self.params,
-                         self._test_eval_calls, self.view.num_clients)
+                         self._test_eval_calls, self.view.num_clients,
+                         self.test_hits if self.stop.keep_hits else None, int(self.test.y.shape[0]))
 
     def restore(self, path) -> None:
         """Loads a snapshot (a snapshot root or one snapshot folder) into this freshly built simulator.
@@ -678,7 +684,13 @@ class FleetSimulator:
         pending, self._pending = self._pending, []
         if not pending:
             return
-        if self.test_evaluator is not None:  # a sweep batch evaluates every experiment's checkpoints together
+        hits = [None] * len(pending)
+        if self.stop.keep_hits:  # the fixed test set (no live mix: refused with test_hits), bits kept
+            out = evaluate_hits(self.model, [p.params for p in pending], self.test,
+                                pad_to=self.stop.eval_batch if self.stop.eval_batch > 1 else None)
+            metrics, hits = [m for m, _ in out], [h for _, h in out]
+            self._test_eval_calls += 1
+        elif self.test_evaluator is not None:  # a sweep batch evaluates every experiment's checkpoints together
             mixes = None if self.live_mix is None else [self.live_mix(p.time_s) for p in pending]
             metrics = self.test_evaluator(self.model, self.test, [p.params for p in pending], mixes)
             # counted as this run alone would call (the batch's shared calls are in summary["batch"])
@@ -692,9 +704,11 @@ class FleetSimulator:
         else:
             metrics = evaluate_many(self.model, [p.params for p in pending], self.test, pad_to=self.stop.eval_batch)
             self._test_eval_calls += 1
-        for p, m in zip(pending, metrics):
+        for p, m, h in zip(pending, metrics, hits):
             cp = Checkpoint(p.time_s, p.version, m.accuracy, m.loss, p.bytes_total, p.staleness_mean, p.interval_s)
             self.checkpoints.append(cp)
+            if h is not None:
+                self.test_hits.append(h)
             self._accuracies.append(m.accuracy)
             self.checkpoint_accounting = p.accounting
             if self.on_checkpoint:

@@ -324,6 +324,7 @@ def _state(sim: "FleetSimulator") -> dict:
         "checkpoints": sim.checkpoints,
         "aggregation_times": sim.aggregation_times,
         "accuracies": sim._accuracies,
+        "test_hits": sim.test_hits,
         "cohort_calls": sim.engine.records,
     }
 
@@ -383,6 +384,8 @@ def _apply(sim: "FleetSimulator", s: dict) -> None:
         sim._client_free_at = np.asarray(s["client_free_at"], np.float64).copy()
     sim.checkpoints, sim.aggregation_times, sim._accuracies = s["checkpoints"], s["aggregation_times"], s["accuracies"]
     sim.engine.records[:] = s["cohort_calls"]
+    # a snapshot written before test_hits existed holds none (its run kept none)
+    sim.test_hits = [np.asarray(h, np.uint8) for h in s.get("test_hits", [])]
 
 
 # ------------------------------------------------------------------ disk
