@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent / "attribution"
-CELLS = HERE / "cells"
+CELLS = HERE / "cells"  # where finished cells are kept compact (--cells)
 STRATEGIES = ["felix", "oort-async-oracle", "oort-oracle"]
 NAMES = {"felix": "FeLiX", "oort-async-oracle": "OORT+Async*", "oort-oracle": "OORT*"}
 REGIMES = {"ref:mobiperf_3st_50": "MobiPerf", "ref:syn_50": "50%"}
@@ -64,11 +64,11 @@ def cell_order(seeds: list[int], regimes: list[str], folders: list[str]) -> list
     return [(fo, st, rg, sd) for rg in regimes for fo in folders for sd in seeds for st in STRATEGIES]
 
 
-def compact_path(folder: str, strategy: str, regime: str, seed: int) -> Path:
-    return CELLS / f"{folder}-{strategy}-{REGIMES.get(regime, regime).replace('%', 'pct')}-seed{seed}.npz"
+def compact_path(cells: Path, folder: str, strategy: str, regime: str, seed: int) -> Path:
+    return cells / f"{folder}-{strategy}-{REGIMES.get(regime, regime).replace('%', 'pct')}-seed{seed}.npz"
 
 
-def compact(folder: str, strategy: str, regime: str, seed: int, run_dir: Path) -> Path:
+def compact(cells: Path, folder: str, strategy: str, regime: str, seed: int, run_dir: Path) -> Path:
     """Keeps a finished cell's curve: checkpoint times, the correct counts on the whole test set and on
     the rows ``num_test=250`` draws, the stop rule's window and the run's summary."""
     from felix_jax.experiment.curve import read_curve
@@ -82,7 +82,7 @@ def compact(folder: str, strategy: str, regime: str, seed: int, run_dir: Path) -
     sc = json.loads((run_dir / "config.json").read_text())["scenario"]
     rows250 = num_test_rows(sc.get("num_train"), 250, CIFAR_TRAIN, CIFAR_TEST)
     summary = json.loads((run_dir / "summary.json").read_text())
-    path = compact_path(folder, strategy, regime, seed)
+    path = compact_path(cells, folder, strategy, regime, seed)
     path.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(path, time_s=times, correct_full=correct.sum(1).astype(np.uint16),
                         correct_250=correct[:, rows250].sum(1).astype(np.uint16), num_test=hits.num_test,
@@ -92,11 +92,11 @@ def compact(folder: str, strategy: str, regime: str, seed: int, run_dir: Path) -
     return path
 
 
-def load_curves(seeds, regimes, folders) -> dict:
+def load_curves(cells: Path, seeds, regimes, folders) -> dict:
     """(step, strategy, regime, seed) -> (times, accuracies, window) of every compact cell there is."""
     curves = {}
     for fo, st, rg, sd in cell_order(seeds, regimes, folders):
-        path = compact_path(fo, st, rg, sd)
+        path = compact_path(cells, fo, st, rg, sd)
         if not path.is_file():
             continue
         with np.load(path) as z:
@@ -227,8 +227,11 @@ def main(argv=None) -> dict:
     ap.add_argument("--table-only", action="store_true", help="keep the finished cells compact and tabulate them")
     ap.add_argument("--check", type=int, nargs="?", const=60, default=None, metavar="AGGREGATIONS",
                     help="the measurement's check on real runs, over this many aggregations (default 60), and stop")
-    ap.add_argument("--json", default=str(HERE / "attribution.json"), help="the table's JSON (default: %(default)s)")
+    ap.add_argument("--json", default=str(HERE / "attribution.json"),
+                    help="the table's JSON; its markdown beside it, .md (default: %(default)s)")
+    ap.add_argument("--cells", default=str(CELLS), help="where finished cells are kept compact (default: %(default)s)")
     args = ap.parse_args(argv)
+    cells = Path(args.cells)
     out = Path(args.out)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     regimes = [r for r in args.regimes.split(",") if r.strip()]
@@ -248,7 +251,7 @@ def main(argv=None) -> dict:
     for fo in folders:
         base = base_scenario(fo)
         todo = [(st, rg, sd) for f, st, rg, sd in cell_order(seeds, regimes, [fo])
-                if not compact_path(f, st, rg, sd).is_file()]
+                if not compact_path(cells, f, st, rg, sd).is_file()]
         if not args.table_only and todo and time.time() - t0 < args.budget_s:
             print(f"== {fo}: {len(todo)} cells", flush=True)
             run_matrix(base, STRATEGIES, regimes, seeds, out / fo, cells=todo, workers=args.workers,
@@ -257,10 +260,10 @@ def main(argv=None) -> dict:
             run_dir = cell_dir(out / fo, st, rg, sd)
             sc = base.with_overrides({"strategy": st, "availability": rg, "seed": str(sd)})
             if finished_summary(sc, run_dir) is not None:
-                compact(fo, st, rg, sd, run_dir)
-    table, data = attribution_table(load_curves(seeds, regimes, folders), seeds, regimes)
+                compact(cells, fo, st, rg, sd, run_dir)
+    table, data = attribution_table(load_curves(cells, seeds, regimes, folders), seeds, regimes)
     print(table)
-    (HERE / "attribution.md").write_text(table + "\n")
+    Path(args.json).with_suffix(".md").write_text(table + "\n")
     Path(args.json).write_text(json.dumps({"horizon_h": HORIZON_H, "as_run": AS_RUN, "table": table, "cells": data},
                                           indent=1, default=str) + "\n")
     return {"table": table, "data": data}
