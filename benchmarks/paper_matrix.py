@@ -211,6 +211,17 @@ def draw_figures(rows: list[dict], strategies: list[str], regimes: list[str], ou
         plot_paper_figures(rows, strategies, regimes, fig_dir, label=label)
 
 
+def along_the_curve(rows: list[dict], strategies: list[str], regimes: list[str], out: Path) -> str:
+    """table.md's lines after the table: the power lines and the speed-up along the learning curve
+    (``--out``/speedup_vs_target.csv; felix_jax/experiment/curve.py), against FeLiX."""
+    from felix_jax.experiment.tables import curve_lines, power_lines
+
+    if not rows or not any(r["strategy"] == "felix" for r in rows):
+        return ""
+    lines = power_lines(rows, strategies, regimes, "felix") + curve_lines(rows, strategies, regimes, "felix", out)
+    return "" if not lines else "\n\n" + "\n".join(f"- {line.strip()}" for line in lines)
+
+
 def paper_ratios(strategies: list[str], regimes: list[str], dataset: str = "cifar10") -> dict:
     """(strategy, regime) -> the paper's hours over FeLiX's, where it gives both (marked on
     speedup_vs_target.png)."""
@@ -271,7 +282,7 @@ def main(argv=None) -> dict:
     all_regimes = list(dict.fromkeys(regimes + ablation_regimes + [rg for _, rg in args.extra_cell]))
     if args.table_only:
         rows = finished_rows(out, base, cells)
-        table = fidelity_table(rows, every, all_regimes, base.dataset)
+        table = fidelity_table(rows, every, all_regimes, base.dataset) + along_the_curve(rows, every, all_regimes, out)
         diagnostics = diagnostics_table(rows, every, all_regimes)
         print(table + "\n\n" + diagnostics)
         (out / "table.md").write_text(table + "\n\n" + diagnostics + "\n")
@@ -286,7 +297,8 @@ def main(argv=None) -> dict:
                       ray_address=args.ray_address, snapshot_minutes=args.snapshot_minutes)
     finished = {(r["strategy"], r["availability"], r["seed"]) for r in rows}
     skipped = [f"{st}/{rg}/seed{sd}" for st, rg, sd in cells if (st, rg, sd) not in finished]
-    table = fidelity_table(rows, every, all_regimes, base.dataset)
+    out.mkdir(parents=True, exist_ok=True)
+    table = fidelity_table(rows, every, all_regimes, base.dataset) + along_the_curve(rows, every, all_regimes, out)
     diagnostics = diagnostics_table(rows, every, all_regimes)
     print(table + "\n\n" + diagnostics)
     if skipped:
