@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
 from ..cohort.stats import statistical_utility
+from ..options import Range
 from .knowledge import Knowledge
 from .lifecycle import Interruption
 
@@ -117,6 +118,10 @@ class Reading:
     # then sleeps its delay: TR:289-332). Not in the paper_code bundle: the paper's runs did not log it
     # (later measurements: 0.2-0.8 s per task).
     train_overhead_s: float = 0.0
+
+    RANGES: ClassVar[Mapping[str, Range]] = {
+        name: Range.at_least(0) for name in ("server_per_message_s", "server_per_message_sync_s",
+                                             "server_per_aggregation_s", "train_overhead_s")}
 
     def __post_init__(self):
         for name, allowed in _CHOICES.items():
