@@ -253,8 +253,12 @@ def _run_locked(args, scenario, out: Path, created: bool, snapshots: dict) -> in
     replacing = not args.resume and holds_run_results(out)  # written aside, swapped in once finished
     kept = f"; the earlier results in {out} are kept" if replacing else ""
     try:
+        if args.config:  # a rerun of a recorded run reads its files as they are now: say which changed
+            from .experiment.inputs import warn_changed_inputs
+
+            warn_changed_inputs(args.config)
         result = run(scenario, out, progress=not args.quiet, stop_on_signals=True, resume=bool(args.resume),
-                     wall_budget_s=args.wall_budget_s, writers=args.writers, **snapshots)
+                     wall_budget_s=args.wall_budget_s, writers=args.writers, scenario_file=args.config, **snapshots)
     except PluginError as e:
         if created and e.stopped_after is None and e.no_snapshot is None:  # it failed while the run was built
             remove_if_unused(out)

@@ -41,7 +41,7 @@ def stop_rule(sc: Scenario) -> StopRule:
 
 # config.json's top-level sections: the scenario, what it resolves to (checked on a rerun), and facts
 RESOLVED_SECTIONS = ("strategy", "policies", "update_guard", "fleet", "stop")
-RECORD_SECTIONS = ("scenario", "model", "backend", "jax", "snapshot") + RESOLVED_SECTIONS
+RECORD_SECTIONS = ("scenario", "model", "backend", "jax", "snapshot", "inputs") + RESOLVED_SECTIONS
 
 
 def resolved_sections(sc: Scenario) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from ..plugin_calls import PluginError
 # scenario resolves to (resolution.py): importable from here too, as before
 from .build import (CLIENT_OVERHEAD_BYTES, build_simulator, paper_client_sizes, reference_sizes,  # noqa: F401
                     reference_zero_step, run_config)
+from .inputs import INPUTS_SECTION, InputsChanged, changed_in_folder, fingerprint_inputs
 from .progress import RunProgress, StopProgress  # noqa: F401
 from .resolution import (RECORD_SECTIONS, RESOLVED_SECTIONS, check_fleet, check_recorded_config,  # noqa: F401
                          fleet_config, resolved_sections, stop_rule)
@@ -41,7 +42,8 @@ class RunResult:
 
 def run(sc: Scenario, out_dir: str | Path | None = None, progress: bool = False, plot: bool = True,
         stop_on_signals: bool = False, snapshot_every: int | None = None, snapshot_minutes: float | None = None,
-        resume: bool = False, wall_budget_s: float | None = None, batch=None, writers=None) -> RunResult:
+        resume: bool = False, wall_budget_s: float | None = None, batch=None, writers=None,
+        scenario_file: str | Path | None = None) -> RunResult:
     """Builds and runs ``sc``; with ``out_dir``, writes its results folder as the run goes.
 
     The folder is checked (created, writable, not a comparison's, nothing a run did not write
@@ -67,6 +69,9 @@ def run(sc: Scenario, out_dir: str | Path | None = None, progress: bool = False,
     ``writers``: metric writers fed every test checkpoint as ``metrics.csv`` is (``"tensorboard"``,
     ``"mlflow"`` or :class:`~felix_jax.experiment.writers.MetricWriter` objects; needs ``out_dir``;
     ``experiment/writers/``): a resumed run continues their logs without repeating a step.
+    ``scenario_file``: the file ``sc`` was read from, fingerprinted with the run's other input files
+    (config.json's ``inputs``, :mod:`~felix_jax.experiment.inputs`); a run whose data set, trace, device
+    profile or plugin files changed since it started is not resumed (:class:`InputsChanged`).
     """
     from .writers.feed import make_writers
 
@@ -76,11 +81,11 @@ def run(sc: Scenario, out_dir: str | Path | None = None, progress: bool = False,
     # one writer per results folder, for the whole run (re-entrant within a process)
     with folder_lock(out_dir, "felix-jax run") if out_dir is not None else contextlib.nullcontext():
         return _run(sc, out_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_minutes, resume,
-                    wall_budget_s, batch, writers)
+                    wall_budget_s, batch, writers, scenario_file)
 
 
 def _run(sc, out_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_minutes, resume,
-         wall_budget_s, batch=None, writers=()) -> RunResult:
+         wall_budget_s, batch=None, writers=(), scenario_file=None) -> RunResult:
     t_call = time.perf_counter()
     if wall_budget_s is not None and not wall_budget_s > 0:
         raise ValueError(f"wall_budget_s must be > 0 seconds, got {wall_budget_s}")
@@ -95,16 +100,22 @@ def _run(sc, out_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_
     if resume and not (snap_dir / "LATEST").is_file():
         raise FileNotFoundError(f"{out_dir} holds no snapshot to resume ({snap_dir}/LATEST is missing); "
                                 "a run writes snapshots with --snapshot-every N")
+    if resume:
+        changed = changed_in_folder(Path(out_dir))
+        if changed:
+            more = f" and {len(changed) - 1} more" if len(changed) > 1 else ""
+            raise InputsChanged(f"{out_dir}: cannot resume: a file it reads changed since it ran: {changed[0]}{more}; "
+                                "rerun it with --overwrite, or give --out another folder")
     if out_dir is None:
         return _run_into(sc, None, None, progress, plot, stop_on_signals, snapshot_every, snapshot_minutes, resume,
-                         wall_budget_s, batch, t_call)
+                         wall_budget_s, batch, t_call, scenario_file=scenario_file)
     out = prepare_out_dir(out_dir, clear=not resume)
     # a run replacing earlier results writes aside and swaps them in once it has finished
     with staged_results(out, replace=not resume) as write_dir:
         try:
             result = _run_into(sc, write_dir, write_dir / SNAPSHOT_DIR, progress, plot, stop_on_signals,
                                snapshot_every, snapshot_minutes, resume, wall_budget_s, batch, t_call,
-                               writers=writers, final_out=out)
+                               writers=writers, final_out=out, scenario_file=scenario_file)
         except PluginError as e:
             if not resume and e.stopped_after is None and e.no_snapshot is None:  # failed before its first event
                 for name in ("config.json", "metrics.csv"):  # nothing to keep: the folder is left as it was
@@ -116,7 +127,7 @@ def _run(sc, out_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_
 
 
 def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_minutes, resume,
-              wall_budget_s, batch, t_call, writers=(), final_out=None) -> RunResult:
+              wall_budget_s, batch, t_call, writers=(), final_out=None, scenario_file=None) -> RunResult:
     bar = RunProgress(sc, progress)
     stream: MetricsStream | None = None
     feed = None  # the metric writers' logs (experiment/writers/)
@@ -141,6 +152,7 @@ def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every
                 sim.restore(snap_dir)
             config = run_config(sc, sim)
             config["snapshot"] = {"every_aggregations": snapshot_every, "every_minutes": snapshot_minutes}
+            config[INPUTS_SECTION] = fingerprint_inputs(sc, scenario_file)
             if out is not None:
                 write_config(out, config)
                 stream = MetricsStream(out / "metrics.csv")
