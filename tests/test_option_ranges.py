@@ -157,3 +157,35 @@ def test_a_plugin_policy_declares_ranges_the_same_way(tmp_path):
     with pytest.raises(OptionError, match=r"^selector\.fraction=0\.0: must be in \(0, 1\]$"):
         base.with_overrides({"selector.fraction": "0"})
     assert [f.name for f in dataclasses.fields(SELECTOR_OPTIONS["test-ranged-half"].config)] == ["fraction"]
+
+
+# ------------------------------------------------------------------ the stop rule's window (stop_window)
+def test_the_stop_rule_by_hand_with_fewer_accuracies_than_its_window():
+    from felix_jax.fleet.config import StopRule
+
+    partial = StopRule(target_accuracy=0.5, window=3)
+    full = StopRule(target_accuracy=0.5, window=3, full_window=True)
+    # the initial model's 0.1, then 0.9: mean (0.1 + 0.9) / 2 = 0.5 >= 0.5 and the last 0.9 >= 0.5
+    assert partial.reached([0.1, 0.9]) and not full.reached([0.1, 0.9])
+    # three: (0.1 + 0.9 + 0.4) / 3 = 0.467 < 0.5; the last 0.4 < 0.5 besides
+    assert not partial.reached([0.1, 0.9, 0.4]) and not full.reached([0.1, 0.9, 0.4])
+    # the window slides: (0.9 + 0.4 + 0.6) / 3 = 0.633, last 0.6
+    assert partial.reached([0.1, 0.9, 0.4, 0.6]) and full.reached([0.1, 0.9, 0.4, 0.6])
+    assert not StopRule(target_accuracy=0.5, window=1).reached([0.9, 0.4])  # the last alone
+    with pytest.raises(ValueError, match="window must be an integer >= 1"):
+        StopRule(window=0)
+
+
+def test_stop_window_reaches_the_stop_rule_and_the_as_run_reading_fills_it():
+    from felix_jax.experiment.resolution import stop_rule
+
+    sc = Scenario()
+    assert (stop_rule(sc).window, stop_rule(sc).full_window) == (20, False)
+    assert stop_rule(sc.with_overrides({"stop_window": "5"})).window == 5
+    assert stop_rule(sc.with_overrides({"semantics": "paper_code"})).full_window
+    assert not stop_rule(sc.with_overrides({"semantics": "paper_code", "reading.stop_window_fill": "partial"})) \
+        .full_window
+    with pytest.raises(OptionError, match=r"^stop_window=0: must be >= 1$"):
+        sc.with_overrides({"stop_window": "0"})
+    with pytest.raises(OptionError, match="stop_window_fill"):
+        sc.with_overrides({"reading.stop_window_fill": "half"})
