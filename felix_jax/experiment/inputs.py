@@ -83,6 +83,16 @@ def input_files(sc: Scenario, scenario_file: str | os.PathLike | None = None) ->
     return files
 
 
+SHARED_DATA_SETS = ("cifar10", "cifar10_binary", "speech_commands", "speech_commands35")
+
+
+def needs_data_folder(sc: Scenario) -> bool:
+    """Whether a run of ``sc`` reads the shared data folder (``FELIX_JAX_DATA``): a named data set of it,
+    the reference partition, a reference trace or the reference / FLASH device profiles."""
+    return (sc.dataset in SHARED_DATA_SETS or sc.partition == "reference" or sc.availability == "mobiperf"
+            or sc.availability.startswith("ref:") or sc.device_profile in ("reference", "flash"))
+
+
 @functools.lru_cache(maxsize=256)
 def _digest(path: str, size: int, mtime_ns: int) -> str:
     """The content digest of ``path`` as it was at (size, mtime_ns): a compare's cells share their files."""
