@@ -98,8 +98,10 @@ def _run(sc, out_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_
             raise FileNotFoundError(f"{out_dir}: that run finished (stop reason: {finished}); nothing to resume "
                                     "(rerun it with --overwrite, or give --out another folder)")
     if resume and not (snap_dir / "LATEST").is_file():
-        raise FileNotFoundError(f"{out_dir} holds no snapshot to resume ({snap_dir}/LATEST is missing); "
-                                "a run writes snapshots with --snapshot-every N")
+        raise FileNotFoundError(f"{out_dir} holds no snapshot to resume ({snap_dir}/LATEST is missing; a run writes "
+                                "snapshots with --snapshot-every N): run it again there with felix-jax run --config "
+                                f"{Path(out_dir) / 'config.json'} --out {out_dir} --overwrite, or choose another "
+                                "--out")
     if resume:
         changed = changed_in_folder(Path(out_dir))
         if changed:

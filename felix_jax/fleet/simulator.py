@@ -618,6 +618,7 @@ class FleetSimulator:
                 self._stop_reason = f"diverged: global model is non-finite after aggregation {self.version + 1}"
                 return
             self.params, self.server_opt_state = params, opt_state
+            self.acct.model_steps += 1
         for u, w in zip(updates, weights):
             self._log(self.now, "aggregated", u.task.client, "train", u.task.version, u.staleness, float(w))
         self.version += 1
