@@ -13,7 +13,7 @@ import traceback
 from typing import Any, Callable
 
 from .fleet.lifecycle import UnsettledTaskError
-from .fleet.simulator import PolicyError
+from .fleet.simulator import PolicyError, RunFailed
 from .fleet.snapshot import SnapshotError
 from .options import OptionError
 from .plugin_calls import PluginError
@@ -21,7 +21,7 @@ from .traces import DataFileError
 
 # what a run or its inputs may raise that is the user's to fix: reported in one line, no traceback
 USER_ERRORS = (OSError, KeyError, DataFileError, OptionError, SnapshotError, PolicyError, UnsettledTaskError,
-               PluginError)
+               PluginError, RunFailed)
 TRACEBACK_ENV = "FELIX_JAX_TRACEBACK"
 
 

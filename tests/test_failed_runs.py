@@ -66,3 +66,69 @@ def test_a_folder_left_without_summary_or_snapshot_says_what_to_do(tmp_path):
                                        f"--out {out} --overwrite, or choose another --out")
     assert main(["run", "--config", str(out / "config.json"), "--out", str(out), "--overwrite", "--quiet"]) == 0
     assert json.loads((out / "summary.json").read_text())["aggregations"] == 2
+
+
+BAD_SELECTOR = '''
+import numpy as np
+from felix_jax import plugins
+from felix_jax.policies import Selector
+
+@plugins.selector("test-unknown-from-round-2")
+def make():
+    def select(state, ctx, k):
+        ids = np.flatnonzero(ctx.eligible)[: int(k)]
+        if ctx.round >= 2:  # breaks the contract: a client that does not exist
+            ids = np.array([ctx.view.num_clients + 5])
+        return ids, state
+    return Selector("test-unknown-from-round-2", lambda: None, select)
+
+plugins.strategy("test-repeats", mode="async", knowledge="none", selector="test-unknown-from-round-2",
+                 aggregator="fedbuff")
+'''
+
+
+def test_a_policy_error_mid_run_leaves_a_summary_a_snapshot_and_the_next_step(tmp_path):
+    (tmp_path / "bad.py").write_text(BAD_SELECTOR)
+    out = tmp_path / "r"
+    argv = ["run", *TINY, "--set", f"plugins={tmp_path / 'bad.py'}", "--set", "strategy=test-repeats", "--set",
+            "max_aggregations=6", "--out", str(out)]
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    message = str(stop.value)
+    assert "\n" not in message and message.startswith("felix-jax run: selector test-unknown-from-round-2 ")
+    assert message.endswith(f"a stop snapshot are in {out}; continue with: felix-jax run --resume {out} (it meets "
+                            "the same failure again unless its cause is gone), or run it again with --overwrite")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["stop_reason"] == "policy_error" and summary["stopped_by"].startswith("PolicyError: selector")
+    # the event that reached version 2 picked a client for it and failed: the results end at the whole event
+    # before it, with one aggregation
+    assert summary["aggregations"] == 1 and summary["events"] > 0
+    assert (out / "snapshot" / "LATEST").is_file()
+    with pytest.raises(SystemExit, match="policy_error|the same failure again"):  # resumable: meets it again
+        main(["run", "--resume", str(out), "--quiet"])
+
+
+def test_a_device_error_mid_run_is_resumable_to_the_uninterrupted_result(tmp_path, monkeypatch):
+    from felix_jax.fleet.simulator import FleetSimulator
+
+    original, failed = FleetSimulator.aggregate, []
+
+    def once(self, updates):  # the device fails once, at the third aggregation of the first run only
+        if self.version == 2 and not failed:
+            failed.append(True)
+            raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: out of memory")
+        return original(self, updates)
+
+    monkeypatch.setattr(FleetSimulator, "aggregate", once)
+    out, whole = tmp_path / "r", tmp_path / "whole"
+    argv = [*TINY, "--set", "max_aggregations=4"]
+    with pytest.raises(SystemExit) as stop:
+        main(["run", *argv, "--out", str(out)])
+    assert str(stop.value).startswith("felix-jax run: device error: RESOURCE_EXHAUSTED: out of memory; the run "
+                                      "stopped after 2 aggregations")
+    assert json.loads((out / "summary.json").read_text())["stop_reason"] == "device_error"
+    assert main(["run", "--resume", str(out), "--quiet"]) == 0
+    assert main(["run", *argv, "--out", str(whole)]) == 0
+    resumed, straight = (json.loads((d / "summary.json").read_text()) for d in (out, whole))
+    assert resumed["stop_reason"] == straight["stop_reason"] == "max_aggregations"
+    assert (out / "metrics.csv").read_text() == (whole / "metrics.csv").read_text()

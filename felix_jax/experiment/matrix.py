@@ -24,7 +24,7 @@ from .inputs import changed_in_folder
 from .progress import comparison_eta
 from .runner import run
 from .scenario import Scenario
-from .stops import PLUGIN_ERROR
+from .stops import DEVICE_ERROR, PLUGIN_ERROR, POLICY_ERROR
 from .tables import SUMMARY_COLUMNS, write_summary_csv
 
 
@@ -46,8 +46,8 @@ def changed_cell(sc: Scenario, run_dir: Path) -> str | None:
 
 
 # a cell stopped with one of these is not finished: its stop snapshot continues it (a signal's, or the
-# state before a plugin's error, once the plugin is fixed)
-UNFINISHED_STOPS = ("interrupted", PLUGIN_ERROR)
+# state before a plugin's error once the plugin is fixed, a policy's or the device's)
+UNFINISHED_STOPS = ("interrupted", PLUGIN_ERROR, POLICY_ERROR, DEVICE_ERROR)
 
 
 def finished_summary(sc: Scenario, run_dir: Path) -> dict | None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..fleet.simulator import Checkpoint, RunRecord
+from ..fleet.simulator import Checkpoint, RunFailed, RunRecord
 from ..fleet.snapshot import SnapshotPolicy, save_snapshot
 from ..plugin_calls import PluginError
 # the fleet a scenario builds (build.py), its progress (progress.py), how a run stops (stops.py) and what a
@@ -27,7 +27,8 @@ from .resolution import (RECORD_SECTIONS, RESOLVED_SECTIONS, check_fleet, check_
 from .results import (SNAPSHOT_DIR, MetricsStream, folder_lock, live_metrics, prepare_out_dir, staged_results,
                       summarize, write_config, write_results)
 from .scenario import Scenario
-from .stops import PLUGIN_ERROR, StopOnSignals, finished_stop_reason, replay_to_last_event
+from .stops import (FAILURE_TYPES, RESUMABLE_STOPS, StopOnSignals, failure_message, finished_stop_reason,
+                    replay_to_last_event)
 
 
 @dataclasses.dataclass
@@ -37,7 +38,9 @@ class RunResult:
     summary: dict
     out_dir: Path | None
     interrupted_by: int | None = None  # the signal that stopped the run (stop_reason "interrupted")
-    plugin_error: PluginError | None = None  # what stopped the run (stop_reason "plugin_error"); run() raises it
+    # what stopped the run inside an event (stop_reason "plugin_error", "policy_error" or "device_error");
+    # run() raises it (a policy's or the device's as a RunFailed saying what the folder holds)
+    plugin_error: BaseException | None = None
 
 
 def run(sc: Scenario, out_dir: str | Path | None = None, progress: bool = False, plot: bool = True,
@@ -118,13 +121,15 @@ def _run(sc, out_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_
             result = _run_into(sc, write_dir, write_dir / SNAPSHOT_DIR, progress, plot, stop_on_signals,
                                snapshot_every, snapshot_minutes, resume, wall_budget_s, batch, t_call,
                                writers=writers, final_out=out, scenario_file=scenario_file)
-        except PluginError as e:
-            if not resume and e.stopped_after is None and e.no_snapshot is None:  # failed before its first event
-                for name in ("config.json", "metrics.csv"):  # nothing to keep: the folder is left as it was
+        except FAILURE_TYPES as e:
+            if not resume and getattr(e, "stopped_after", None) is None and getattr(e, "no_snapshot", None) is None:
+                for name in ("config.json", "metrics.csv"):  # failed before its first event: the folder as it was
                     (write_dir / name).unlink(missing_ok=True)
             raise
     if result.plugin_error is not None:  # its results so far are in place (as an interrupted run's): say why
-        raise result.plugin_error
+        if isinstance(result.plugin_error, PluginError):
+            raise result.plugin_error
+        raise RunFailed(failure_message(result.plugin_error, out)) from result.plugin_error
     return dataclasses.replace(result, out_dir=out)
 
 
@@ -134,7 +139,7 @@ def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every
     stream: MetricsStream | None = None
     feed = None  # the metric writers' logs (experiment/writers/)
     timer: threading.Timer | None = None
-    failure: PluginError | None = None  # a plugin's error that stopped the run
+    failure: BaseException | None = None  # what stopped the run inside an event (stops.RUN_FAILURES)
     stop_snapshot: Path | None = None
     sim = None
 
@@ -178,7 +183,7 @@ def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every
                 timer.start()
             try:
                 record = sim.run()
-            except PluginError as e:
+            except FAILURE_TYPES as e:
                 if out is None:  # no folder to keep anything in
                     raise
                 failure = e
@@ -188,7 +193,7 @@ def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every
                 settled, seen = sim.settled_events, sim.checkpoints
                 del sim  # its memory, before the replay takes as much
                 sim, record = replay_to_last_event(sc, settled, seen, snap_dir, failure)
-            if out is not None and record.stop_reason in ("interrupted", "wall_budget", PLUGIN_ERROR):
+            if out is not None and record.stop_reason in RESUMABLE_STOPS:
                 stop_snapshot = save_snapshot(sim, snap_dir)  # between events: --resume continues from here
         except BaseException:
             if feed is not None:
@@ -207,6 +212,8 @@ def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every
         summary["xla_compilations"] = None
     if sim.engine.streams is not None:
         summary.update(live_metrics(record.checkpoints, sim.engine.streams.cfg.shift_times_s(), sc.target_accuracy))
+    if failure is not None:  # what stopped it inside an event, beside the stop reason
+        summary["stopped_by"] = f"{type(failure).__name__}: {(str(failure).strip().splitlines() or [''])[0]}"
     if out is not None:  # a replayed run's metrics.csv is rewritten: the failed event may have added a row
         try:
             write_results(out, config, record, summary, plot=plot, streamed=failure is None)

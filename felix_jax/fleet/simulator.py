@@ -49,6 +49,11 @@ class PolicyError(RuntimeError):
     weights. One line naming the policy and what it returned."""
 
 
+class RunFailed(RuntimeError):
+    """A run stopped mid-way by a failure that is not a plugin's (a policy's contract check, the device):
+    one line with the failure, what its results folder holds and the next command."""
+
+
 @dataclasses.dataclass
 class _PendingCheckpoint:
     """A test checkpoint whose evaluation waits for its batch (``StopRule.eval_batch``), with
