@@ -152,3 +152,18 @@ def test_resume_refuses_and_run_config_warns_when_an_input_changed(tmp_path, cap
     assert warn_changed_inputs(out / "config.json") == [f"dataset {data.resolve()} (content changed)"]
     assert "warning:" in capsys.readouterr().err
     shutil.rmtree(out)
+
+
+def test_a_run_a_plugin_stopped_may_have_its_plugin_fixed(tmp_path):
+    plugin = tmp_path / "p.py"
+    plugin.write_text("x = 1\n")
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    record = {str(plugin.resolve()): {"role": "plugin", **fingerprint(str(plugin.resolve()))}}
+    (run_dir / "config.json").write_text(json.dumps({"inputs": record}))
+    plugin.write_text("x = 2\n")
+    _later(plugin)
+    (run_dir / "summary.json").write_text(json.dumps({"stop_reason": "interrupted"}))
+    assert changed_in_folder(run_dir) == [f"plugin {plugin.resolve()} (content changed)"]
+    (run_dir / "summary.json").write_text(json.dumps({"stop_reason": "plugin_error"}))  # the fix is expected
+    assert changed_in_folder(run_dir) == []

@@ -142,14 +142,20 @@ def changed_inputs(recorded: Any, roles: tuple[str, ...] = ("dataset", "trace", 
 
 
 def changed_in_folder(run_dir: Path) -> list[str]:
-    """:func:`changed_inputs` of a results folder's config.json (``[]`` if it has none or no inputs)."""
+    """:func:`changed_inputs` of a results folder's config.json (``[]`` if it has none or no inputs). A run
+    that a plugin's error stopped is resumed once the plugin is fixed: its plugin files may change."""
     import json
 
     try:
         config = json.loads((Path(run_dir) / "config.json").read_text())
     except (OSError, ValueError):
         return []
-    return changed_inputs(config.get(INPUTS_SECTION) if isinstance(config, dict) else None)
+    try:
+        stopped = json.loads((Path(run_dir) / "summary.json").read_text()).get("stop_reason")
+    except (OSError, ValueError, AttributeError):
+        stopped = None
+    roles = ("dataset", "trace", "device_profile") + (() if stopped == "plugin_error" else ("plugin",))
+    return changed_inputs(config.get(INPUTS_SECTION) if isinstance(config, dict) else None, roles)
 
 
 def warn_changed_inputs(config_file: str | os.PathLike, warn=None) -> list[str]:

@@ -27,8 +27,8 @@ from .resolution import (RECORD_SECTIONS, RESOLVED_SECTIONS, check_fleet, check_
 from .results import (SNAPSHOT_DIR, MetricsStream, folder_lock, live_metrics, prepare_out_dir, staged_results,
                       summarize, write_config, write_results)
 from .scenario import Scenario
-from .stops import (FAILURE_TYPES, RESUMABLE_STOPS, StopOnSignals, failure_message, finished_stop_reason,
-                    replay_to_last_event)
+from .stops import (FAILURE_TYPES, RESUMABLE_STOPS, StopOnSignals, failure_line, failure_message,
+                    finished_stop_reason, replay_to_last_event)
 
 
 @dataclasses.dataclass
@@ -126,6 +126,10 @@ def _run(sc, out_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_
                 for name in ("config.json", "metrics.csv"):  # failed before its first event: the folder as it was
                     (write_dir / name).unlink(missing_ok=True)
             raise
+        failed = result.plugin_error
+        if failed is not None and not isinstance(failed, PluginError) and write_dir != out:
+            # replacing earlier results: a run a policy or the device stopped leaves them as they were
+            raise RunFailed(failure_line(failed)) from failed
     if result.plugin_error is not None:  # its results so far are in place (as an interrupted run's): say why
         if isinstance(result.plugin_error, PluginError):
             raise result.plugin_error

@@ -120,10 +120,15 @@ def _first_line(error: BaseException) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
+def failure_line(error: BaseException) -> str:
+    """What a policy's or the device's failure was, in one line."""
+    return _first_line(error) if isinstance(error, PolicyError) else f"device error: {_first_line(error)}"
+
+
 def failure_message(error: BaseException, out: Path) -> str:
     """The one line for a run that ``error`` (a policy's contract, the device; not a plugin's: see the CLI)
     stopped mid-way: the failure, what ``out`` holds now, and the next command."""
-    what = _first_line(error) if isinstance(error, PolicyError) else f"device error: {_first_line(error)}"
+    what = failure_line(error)
     if getattr(error, "snapshot", None) is not None:
         n = error.stopped_after
         return (f"{what}; the run stopped after {n} aggregation{'' if n == 1 else 's'}: its results up to its last "
