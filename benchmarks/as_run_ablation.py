@@ -24,13 +24,13 @@ Groups (the audit's five differences that matter most):
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import paper_matrix  # noqa: E402
+from felix_jax.commands import command_parser, run_script  # noqa: E402
 
 SCENARIO = "cifar10-longhorizon"
 BASE_SETS = ["semantics=paper_code", "max_virtual_hours=6"]
@@ -107,14 +107,14 @@ def ablation_table(rows: list[dict]) -> str:
 
 
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seeds", default="0")
-    ap.add_argument("--workers", type=int, default=1)
-    ap.add_argument("--out", default="results/longhorizon-paper-code")
-    ap.add_argument("--budget-s", type=float, default=float("inf"))
+    ap = command_parser(__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", default="0", help="comma-separated seeds")
+    ap.add_argument("--workers", type=int, default=1, help="cells run at a time (processes)")
+    ap.add_argument("--out", default="results/longhorizon-paper-code", help="the results folder")
+    ap.add_argument("--budget-s", type=float, default=float("inf"), help="stop starting cells after this many seconds")
     ap.add_argument("--regimes", default=",".join(REGIMES), help="comma-separated subset of " + ", ".join(REGIMES))
-    ap.add_argument("--table-only", action="store_true")
-    ap.add_argument("--json")
+    ap.add_argument("--table-only", action="store_true", help="run nothing: tabulate the cells finished under --out")
+    ap.add_argument("--json", help="write the results as JSON here")
     args = ap.parse_args(argv)
     regimes = [r for r in args.regimes.split(",") if r]
     unknown = [r for r in regimes if r not in REGIMES]
@@ -140,4 +140,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script("as_run_ablation.py", main)

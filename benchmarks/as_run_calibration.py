@@ -28,7 +28,6 @@ FELIX_JAX_DATA (CIFAR-10 and the reference traces).
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import time
@@ -36,6 +35,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
+from felix_jax.commands import command_parser, run_script  # noqa: E402
 
 PRESET = "cifar10-longhorizon"
 # name -> (strategy, availability, overrides); syn_0 from t = 0, as the fit asks; the others from the preset's
@@ -156,7 +156,7 @@ def fit(aggregations: int, warmup: int, tol: float = 0.05) -> tuple[float, list]
 
 
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = command_parser(__doc__.split("\n\n")[0])
     ap.add_argument("--aggregations", type=int, default=400, help="cap per async cell (sync: a third, >= 60)")
     ap.add_argument("--warmup", type=int, default=50, help="aggregations left out of cadence and intervals")
     ap.add_argument("--workers", type=int, default=2, help="cells run at a time (processes)")
@@ -203,4 +203,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script("as_run_calibration.py", main)

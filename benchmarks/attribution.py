@@ -76,7 +76,12 @@ def compact(cells: Path, folder: str, strategy: str, regime: str, seed: int, run
 
     hits = read_test_hits(run_dir)
     correct = hits.correct()
-    times, acc, window = read_curve(run_dir)
+    times, acc, window, _ = read_curve(run_dir)
+    # every cell is the as-run reading, whose stop rule waits for a full window (reading.stop_window_fill);
+    # taken from the reading as it resolves now, so a run recorded before the switch reads the same rule
+    from felix_jax.experiment.resolution import stop_rule
+
+    full_window = stop_rule(base_scenario(folder)).full_window
     if not np.array_equal(correct.sum(1) / hits.num_test, acc):
         raise SystemExit(f"attribution: {run_dir}: test_hits.npz does not give metrics.csv's accuracies")
     sc = json.loads((run_dir / "config.json").read_text())["scenario"]
@@ -86,14 +91,14 @@ def compact(cells: Path, folder: str, strategy: str, regime: str, seed: int, run
     path.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(path, time_s=times, correct_full=correct.sum(1).astype(np.uint16),
                         correct_250=correct[:, rows250].sum(1).astype(np.uint16), num_test=hits.num_test,
-                        window=window, summary=json.dumps({k: summary.get(k) for k in (
+                        window=window, full_window=full_window, summary=json.dumps({k: summary.get(k) for k in (
                             "aggregations", "stop_reason", "end_time_s", "time_to_target_s", "staleness_p99",
                             "host_seconds")}))
     return path
 
 
 def load_curves(cells: Path, seeds, regimes, folders) -> dict:
-    """(step, strategy, regime, seed) -> (times, accuracies, window) of every compact cell there is."""
+    """(step, strategy, regime, seed) -> (times, accuracies, window, full_window) of every compact cell."""
     curves = {}
     for fo, st, rg, sd in cell_order(seeds, regimes, folders):
         path = compact_path(cells, fo, st, rg, sd)
@@ -101,11 +106,12 @@ def load_curves(cells: Path, seeds, regimes, folders) -> dict:
             continue
         with np.load(path) as z:
             t, window = z["time_s"], int(z["window"])
+            full = bool(z["full_window"]) if "full_window" in z.files else False
             for step, folder, subset, _ in STEPS:
                 if folder != fo:
                     continue
                 acc = z["correct_250"] / 250 if subset == 250 else z["correct_full"] / int(z["num_test"])
-                curves[step, st, rg, sd] = (t, acc, window)
+                curves[step, st, rg, sd] = (t, acc, window, full)
     return curves
 
 
@@ -134,7 +140,7 @@ def attribution_table(curves: dict, seeds: list[int], regimes: list[str]) -> tup
             target = targets.setdefault(step, step_target(step))
             rows = [{"strategy": st, "availability": rg, "seed": sd} for (st, _, sd) in got]
             curve = speedup_along_curve(rows, STRATEGIES, [rg], "felix", curves=got)
-            hit = {k: crossing_times(t, a, [target], w)[0] / 3600 for k, (t, a, w) in got.items()}
+            hit = {k: crossing_times(v[0], v[1], [target], *v[2:])[0] / 3600 for k, v in got.items()}
             for st in STRATEGIES[1:]:
                 common = [sd for sd in seeds if (st, rg, sd) in got and ("felix", rg, sd) in got]
                 if not common:
@@ -162,7 +168,8 @@ def attribution_table(curves: dict, seeds: list[int], regimes: list[str]) -> tup
     lines += ["", "Targets: " + ", ".join(f"({k}) {v}" for k, v in targets.items()) + " (the step's preset's). Hours: virtual hours to the target by the paper's rule (the mean of the last 20 "
               "test accuracies and the last one reach it), mean over the seeds that reached it (reached / seeds). "
               f"Every run went on to {HORIZON_H:g} virtual hours. Paired: the geometric mean of the per-seed ratios "
-              "(baseline hours / FeLiX's) with the 95% Student t interval of their logs. Power: the sample sd of "
+              "(baseline hours / FeLiX's) with the 95% Student t interval of their logs; the rule waits for 20 "
+              "accuracies, as the authors' stop script does (reading.stop_window_fill=full). Power: the sample sd of "
               "the log ratios and about how many seeds a 95% interval within +-10% needs. Along the curve: the "
               "paired ratio at every level of 0.01 from the first above the untrained model's to the highest "
               "level every seed of FeLiX and the baseline reached (felix_jax.experiment.curve). Paper: its hours "

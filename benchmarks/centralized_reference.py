@@ -38,6 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from felix_jax.commands import command_parser, run_script
 from felix_jax.cohort import LocalTrainConfig
 from felix_jax.data.augment import random_crop_flip
 from felix_jax.data.federated import normalize
@@ -47,15 +48,15 @@ from felix_jax.experiment.registry import make_model
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = command_parser(__doc__.split("\n\n")[0])
     p.add_argument("--preset", default="cifar10-fidelity", help="scenario whose data subset / lr / batch to use")
     p.add_argument("--model", default="cifar_cnn_narrow", help="registry model name")
     p.add_argument("--num-train", type=int, default=None, help="training subset size (default: the preset's)")
     p.add_argument("--num-test", type=int, default=None, help="test subset size (default: the preset's)")
     p.add_argument("--batch-size", type=int, default=None, help="default: the preset's (32)")
     p.add_argument("--lr", type=float, default=None, help="default: the preset's (0.04)")
-    p.add_argument("--steps", type=int, default=6000)
-    p.add_argument("--eval-every", type=int, default=250)
+    p.add_argument("--steps", type=int, default=6000, help="training steps")
+    p.add_argument("--eval-every", type=int, default=250, help="a test evaluation every this many steps")
     p.add_argument("--no-augment", action="store_true", help="no crop+flip even if the preset augments")
     p.add_argument("--seed", type=int, default=None, help="model-init / batch-order seed (default: the preset's)")
     p.add_argument("--json", default=None, help="write the curve and settings here")
@@ -167,4 +168,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script("centralized_reference.py", main)

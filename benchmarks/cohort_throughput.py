@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from felix_jax.commands import command_parser, run_script
 from felix_jax.cohort import CohortEngine, LocalTrainConfig, LocalEvalConfig, VersionStore, auto_plan
 from felix_jax.cohort.evaluate import evaluate
 from felix_jax.data.dataset import ArrayDataset
@@ -169,7 +170,7 @@ def by_device_count(counts: list[int], sizes: list[int], reps: int, plan: str | 
 
 
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = command_parser(__doc__)
     ap.add_argument("--quick", action="store_true", help="fewer repetitions, skip 128 tasks")
     ap.add_argument("--json", help="write all figures to this path")
     ap.add_argument("--sweep-plans", action="store_true", help="also time vmap/map/chunked plans at 32 tasks")
@@ -275,4 +276,4 @@ def baselines(model, flax_model, data, test, cfg, store, plan, sizes, reps) -> d
 
 
 if __name__ == "__main__":
-    main()
+    run_script("cohort_throughput.py", main)

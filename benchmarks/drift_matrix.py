@@ -15,12 +15,12 @@ markdown table and writes ``--out``/table.md and ``--json``.
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import numpy as np
 
+from felix_jax.commands import command_parser, parse_sets, run_script
 from felix_jax.compile_cache import enable_compilation_cache
 from felix_jax.experiment import get_preset
 from felix_jax.experiment.compare import run_matrix
@@ -71,19 +71,20 @@ def table(rows: list[dict], strategies: list[str], labels: list[str]) -> str:
 
 
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--preset", default="digits-drift")
-    ap.add_argument("--strategies", default=",".join(STRATEGIES))
-    ap.add_argument("--seeds", default="0,1")
+    ap = command_parser(__doc__)
+    ap.add_argument("--preset", default="digits-drift", help="the preset the runs start from")
+    ap.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated strategies")
+    ap.add_argument("--seeds", default="0,1", help="comma-separated seeds")
     ap.add_argument("--delay-hours", type=float, default=None,
                     help="the label delay of the delayed variants (default: a sixth of the run)")
-    ap.add_argument("--workers", type=int, default=1)
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    ap.add_argument("--out", default="results/drift-matrix")
+    ap.add_argument("--workers", type=int, default=1, help="cells run at a time (processes)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+        help="a scenario field or policy option (repeatable)")
+    ap.add_argument("--out", default="results/drift-matrix", help="the results folder")
     ap.add_argument("--json", help="write the rows and the table here")
     args = ap.parse_args(argv)
     enable_compilation_cache()
-    base = get_preset(args.preset).with_overrides(dict(kv.split("=", 1) for kv in args.set))
+    base = get_preset(args.preset).with_overrides(parse_sets(args.set))
     if base.resolve_stream().drift != "surge":
         raise SystemExit(f"drift_matrix: preset {args.preset} has no surge to compare against (stream.drift)")
     strategies = [s for s in args.strategies.split(",") if s]
@@ -111,4 +112,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script("drift_matrix.py", main)

@@ -12,13 +12,13 @@ wall time is the one compared: compilation is out of both). Prints a table and w
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
 
 import jax
 
+from felix_jax.commands import command_parser, parse_sets, run_script
 from felix_jax.compile_cache import enable_compilation_cache
 from felix_jax.experiment import get_preset
 from felix_jax.experiment.runner import run
@@ -38,16 +38,17 @@ def measure(sc, batch: int) -> dict:
 
 
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--preset", default="quickstart")
-    ap.add_argument("--strategy", default="felix")
+    ap = command_parser(__doc__)
+    ap.add_argument("--preset", default="quickstart", help="the preset the runs start from")
+    ap.add_argument("--strategy", default="felix", help="the strategy measured")
     ap.add_argument("--batches", default="4,16", help="eval_batch values compared with 1")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+        help="a scenario field or policy option (repeatable)")
     ap.add_argument("--json", help="write the rows here")
     args = ap.parse_args(argv)
     enable_compilation_cache()
     sc = get_preset(args.preset).with_overrides({"strategy": args.strategy,
-                                                  **dict(kv.split("=", 1) for kv in args.set)})
+                                                  **parse_sets(args.set)})
     batches = [int(b) for b in args.batches.split(",")]
     measure(sc, 1)  # compiles the eager path
     rows = [measure(sc, b) for b in batches] + [measure(sc, 1)]
@@ -74,4 +75,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script("eval_batching.py", main)

@@ -11,12 +11,12 @@ results are the same either way (the log records, it decides nothing), which it 
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import numpy as np
 
+from felix_jax.commands import command_parser, run_script
 from felix_jax.experiment import get_preset
 from felix_jax.experiment.runner import build_simulator
 
@@ -30,13 +30,13 @@ def one_run(sc, log: bool):
 
 
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--preset", default="quickstart")
-    ap.add_argument("--strategy", default="felix")
-    ap.add_argument("--availability", default="avail50")
-    ap.add_argument("--aggregations", type=int, default=40)
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--json")
+    ap = command_parser(__doc__.split("\n\n")[0])
+    ap.add_argument("--preset", default="quickstart", help="the preset the runs start from")
+    ap.add_argument("--strategy", default="felix", help="the strategy measured")
+    ap.add_argument("--availability", default="avail50", help="the availability regime")
+    ap.add_argument("--aggregations", type=int, default=40, help="aggregations per run (max_aggregations)")
+    ap.add_argument("--reps", type=int, default=3, help="timed repetitions (after one warm-up)")
+    ap.add_argument("--json", help="write the results as JSON here")
     args = ap.parse_args(argv)
     sc = get_preset(args.preset).with_overrides({"strategy": args.strategy, "availability": args.availability,
                                                  "max_aggregations": str(args.aggregations),
@@ -63,4 +63,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script("event_log_overhead.py", main)

@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from felix_jax.commands import command_parser, run_script  # noqa: E402
 
 
 def digits8_npz(path: str) -> str:
@@ -173,18 +174,20 @@ def measure_fedscale_load(path: str) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--populations", type=int, nargs="+", default=[1_000, 10_000, 100_000, 1_000_000])
+    ap = command_parser(__doc__.splitlines()[0])
+    ap.add_argument("--populations", type=int, nargs="+", default=[1_000, 10_000, 100_000, 1_000_000],
+        help="client populations measured")
     ap.add_argument("--concurrency", type=int, default=None, help="tasks in flight (default min(N/10, 10^4))")
-    ap.add_argument("--aggregations", type=int, default=40)
+    ap.add_argument("--aggregations", type=int, default=40, help="aggregations per run (max_aggregations)")
     ap.add_argument("--strategy", nargs="+", default=["felix"], help="one or more strategies")
     ap.add_argument("--availability", nargs="+", default=["avail50"],
                     help="one or more regimes (avail50, mobiperf: the recorded trace reused cyclically, ...)")
     ap.add_argument("--slot-s", type=float, nargs="+", default=[600.0], help="slot lengths of the slot regimes")
-    ap.add_argument("--trace-form", default="auto", choices=["auto", "table", "function"])
+    ap.add_argument("--trace-form", default="auto", choices=["auto", "table", "function"],
+        help="how the trace is held (the scenario's trace_form)")
     ap.add_argument("--aggregation-goal", type=int, default=None, help="K (default c / 10)")
     ap.add_argument("--snapshot", action="store_true", help="also write the end state and restore it")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="the runs' seed")
     ap.add_argument("--resume", action="store_true", help="keep the cells --out already holds and run the rest")
     ap.add_argument("--out", default=None, help="JSON file for the rows")
     ap.add_argument("--dataset", default=None, help="data set (default: the 8x8 digits, written to a temp .npz)")
@@ -261,4 +264,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_script("fleet_scale.py", main))

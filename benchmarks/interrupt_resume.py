@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from felix_jax.commands import command_parser, run_script  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FILES = ("metrics.csv", "events.csv")
@@ -76,15 +77,15 @@ def _folder_mb(folder: str) -> float:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--clients", type=int, default=100_000)
-    ap.add_argument("--concurrency", type=int, default=1_000)
-    ap.add_argument("--aggregations", type=int, default=40)
+    ap = command_parser(__doc__.splitlines()[0])
+    ap.add_argument("--clients", type=int, default=100_000, help="clients in the fleet (num_clients)")
+    ap.add_argument("--concurrency", type=int, default=1_000, help="tasks in flight (concurrency)")
+    ap.add_argument("--aggregations", type=int, default=40, help="aggregations per run (max_aggregations)")
     ap.add_argument("--at", type=int, default=None, help="model version to interrupt at (default: half way)")
-    ap.add_argument("--strategy", default="felix")
-    ap.add_argument("--availability", default="avail50")
-    ap.add_argument("--slot-s", type=float, default=600.0)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--strategy", default="felix", help="the strategy measured")
+    ap.add_argument("--availability", default="avail50", help="the availability regime")
+    ap.add_argument("--slot-s", type=float, default=600.0, help="slot length of a synthetic regime in seconds (slot_s)")
+    ap.add_argument("--seed", type=int, default=0, help="the runs' seed")
     ap.add_argument("--dataset", default=None, help="data set (default: the 8x8 digits, written to a temp .npz)")
     ap.add_argument("--out", default=None, help="JSON file for the result")
     ap.add_argument("--stage", default=None, help=argparse.SUPPRESS)  # child process
@@ -155,4 +156,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_script("interrupt_resume.py", main))

@@ -42,7 +42,6 @@ ratio beside it, aggregations to target, FeLiX's staleness mean / p99 and its pi
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -53,6 +52,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import paper_matrix  # noqa: E402
 
+from felix_jax.commands import command_parser, comma_list, run_script  # noqa: E402
 from felix_jax.experiment.compare import paired_ratio  # noqa: E402
 
 HERE = Path(__file__).resolve().parent / "learner_ladder"
@@ -236,15 +236,25 @@ def collect(out: Path, targets: dict, seeds: list[int]) -> dict:
 
 
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = command_parser(__doc__)
     ap.add_argument("--targets", action="store_true", help="compute targets.json from the reference runs, and stop")
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--out", default="results/learner-ladder")
+    ap.add_argument("--workers", type=int, default=2, help="cells run at a time (processes)")
+    ap.add_argument("--out", default="results/learner-ladder",
+                    help="the ladder's folder (one comparison folder per model and reading)")
     ap.add_argument("--budget-s", type=float, default=float("inf"), help="stop starting cells after this long")
-    ap.add_argument("--phases", default=None, help="comma-separated phase numbers to run (default: all, in order)")
-    ap.add_argument("--table-only", action="store_true")
-    ap.add_argument("--json")
+    ap.add_argument("--phases", default=None,
+                    help=f"comma-separated phase numbers (0-{len(PHASES) - 1}) to run; default: all, in order")
+    ap.add_argument("--table-only", action="store_true",
+                    help="run nothing: tabulate the cells finished under --out")
+    ap.add_argument("--json", default=None, help="write the table and the rows here")
     args = ap.parse_args(argv)
+    chosen = range(len(PHASES)) if args.phases is None else comma_list(args.phases, "--phases", int)
+    unknown = [p for p in chosen if not 0 <= p < len(PHASES)]
+    if unknown:
+        raise ValueError(f"--phases {args.phases}: no phase {unknown[0]} (phases are 0-{len(PHASES) - 1})")
+    if args.table_only and not Path(args.out).is_dir():
+        raise FileNotFoundError(f"--out {args.out}: no such folder: --table-only tabulates the cells the ladder "
+                                "finished there (run it without --table-only first)")
     if args.targets:
         targets = compute_targets()
         (HERE / "targets.json").write_text(json.dumps(
@@ -259,7 +269,6 @@ def main(argv=None) -> dict:
     out = Path(args.out)
     t0 = time.time()
     if not args.table_only:
-        chosen = range(len(PHASES)) if args.phases is None else [int(p) for p in args.phases.split(",")]
         for i in chosen:
             models, readings, strategies, seeds = PHASES[i]
             for model in models:
@@ -284,4 +293,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script("learner_ladder.py", main)

@@ -23,7 +23,6 @@ Needs FELIX_JAX_DATA (CIFAR-10 and the reference traces). ``--scenario speech-lo
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
@@ -31,10 +30,13 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from felix_jax.commands import command_parser, comma_list, parse_sets, run_script
 from felix_jax.compile_cache import enable_compilation_cache
+from felix_jax.data.paths import resolve_data_dir
 from felix_jax.experiment import get_preset
 from felix_jax.experiment.compare import (SUMMARY_COLUMNS, cell_dir, cell_overrides, finished_summary,
                                           plot_comparison, run_matrix)
+from felix_jax.experiment.inputs import needs_data_folder
 from felix_jax.experiment.paper_figures import plot_paper_figures
 from felix_jax.experiment.sweep import default_batch
 
@@ -237,16 +239,19 @@ def paper_ratios(strategies: list[str], regimes: list[str], dataset: str = "cifa
 
 
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--scenario", default="cifar10-fidelity")
-    ap.add_argument("--strategies", default=",".join(MAIN_STRATEGIES))
-    ap.add_argument("--regimes", default=",".join(REGIMES))
+    ap = command_parser(__doc__)
+    ap.add_argument("--scenario", default="cifar10-fidelity", help="the preset every cell starts from")
+    ap.add_argument("--strategies", default=",".join(MAIN_STRATEGIES),
+                    help="comma-separated strategies of the main matrix (felix-jax run --list)")
+    ap.add_argument("--regimes", default=",".join(REGIMES),
+                    help="comma-separated availability regimes of the main matrix")
     ap.add_argument("--ablations", default=",".join(ABLATIONS), help="comma-separated; empty for none")
-    ap.add_argument("--ablation-regimes", default=",".join(ABLATION_REGIMES))
+    ap.add_argument("--ablation-regimes", default=",".join(ABLATION_REGIMES),
+                    help="comma-separated regimes the ablations run on")
     ap.add_argument("--extra-cell", nargs=2, action="append", default=[], metavar=("STRATEGY", "REGIME"),
                     help="one more cell per seed, e.g. oort-async-oracle@oracle_departure=free_slot "
                          "ref:mobiperf_3st_50 (a variant: scenario overrides for that cell only)")
-    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--seeds", default="0,1,2", help="comma-separated seeds, each a whole matrix")
     ap.add_argument("--workers", type=int, default=1, help="cells run at a time (processes)")
     ap.add_argument("--batch", type=int, default=None,
                     help="cells per sweep batch in one process, their device calls shared (default by "
@@ -260,23 +265,33 @@ def main(argv=None) -> dict:
     ap.add_argument("--snapshot-minutes", type=float, default=None,
                     help="each cell snapshots every M minutes of wall time: a matrix killed outright resumes its "
                          "running cells from there (not with --batch or --executor ray)")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    ap.add_argument("--out", default="results/paper-matrix")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a scenario field or policy option for every cell (repeatable)")
+    ap.add_argument("--out", default="results/paper-matrix", help="the comparison's folder (cells in OUT/runs)")
     ap.add_argument("--json", help="write the rows and the table here")
     ap.add_argument("--table-only", action="store_true",
                     help="run nothing: tabulate the cells these arguments ask for that finished under "
                          "--out/runs with exactly their scenario")
     args = ap.parse_args(argv)
-    enable_compilation_cache()
-    base = get_preset(args.scenario).with_overrides(dict(kv.split("=", 1) for kv in args.set))
-    split = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
-    strategies, regimes, seeds = split(args.strategies), split(args.regimes), [int(s) for s in split(args.seeds)]
+    base = get_preset(args.scenario).with_overrides(parse_sets(args.set))
+    split = lambda text: comma_list(text, "a list")  # noqa: E731
+    strategies, regimes = comma_list(args.strategies, "--strategies"), comma_list(args.regimes, "--regimes")
+    seeds = comma_list(args.seeds, "--seeds", int)
     ablations, ablation_regimes = split(args.ablations), split(args.ablation_regimes)
     cells = []  # seed by seed, so a budget that runs out leaves whole seeds
     for sd in seeds:
         cells += [(st, rg, sd) for rg in regimes for st in strategies]
         cells += [(st, rg, sd) for rg in ablation_regimes for st in ablations]
         cells += [(st, rg, sd) for st, rg in args.extra_cell]
+    # every cell's scenario checked before any work: a typo in one line
+    scenarios = [base.with_overrides({**cell_overrides(st), "availability": rg})
+                 for st, rg in dict.fromkeys((st, rg) for st, rg, _ in cells)]
+    if args.table_only and not Path(args.out).is_dir():
+        raise FileNotFoundError(f"--out {args.out}: no such folder: --table-only tabulates the cells a matrix "
+                                "finished there (run it without --table-only first)")
+    if not args.table_only and any(needs_data_folder(sc) for sc in scenarios):
+        resolve_data_dir()  # an unset FELIX_JAX_DATA is said now, not by the first cell
+    enable_compilation_cache()
     out = Path(args.out)
     every = list(dict.fromkeys(strategies + ablations + [st for st, _ in args.extra_cell]))
     all_regimes = list(dict.fromkeys(regimes + ablation_regimes + [rg for _, rg in args.extra_cell]))
@@ -317,4 +332,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script("paper_matrix.py", main)

@@ -12,7 +12,6 @@ the overhead. Prints a table and writes --json.
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from felix_jax.commands import command_parser, run_script
 from felix_jax.compile_cache import enable_compilation_cache
 from felix_jax.experiment import get_preset
 from felix_jax.experiment.runner import build_simulator
@@ -29,11 +29,11 @@ STATIC_LIKE = {"stream.drift": "surge", "stream.start_hours": "1000", "stream.li
 
 
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--preset", default="quickstart")
-    ap.add_argument("--tasks", default="32")
-    ap.add_argument("--reps", type=int, default=7)
-    ap.add_argument("--json")
+    ap = command_parser(__doc__)
+    ap.add_argument("--preset", default="quickstart", help="the preset the runs start from")
+    ap.add_argument("--tasks", default="32", help="comma-separated task counts per training call")
+    ap.add_argument("--reps", type=int, default=7, help="timed repetitions (after one warm-up)")
+    ap.add_argument("--json", help="write the results as JSON here")
     args = ap.parse_args(argv)
     enable_compilation_cache()
     base = get_preset(args.preset)
@@ -67,4 +67,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script("stream_overhead.py", main)

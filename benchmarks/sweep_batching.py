@@ -27,6 +27,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from felix_jax.commands import command_parser, parse_sets, run_script  # noqa: E402
 
 HERE = Path(__file__).resolve()
 
@@ -47,7 +48,7 @@ def child(args) -> dict:
 
     if args.cache:
         enable_compilation_cache(args.cache)
-    sets = dict(kv.split("=", 1) for kv in args.set)
+    sets = parse_sets(args.set)
     out = Path(args.out)
     t0 = time.perf_counter()
     if args.child == "batch":
@@ -82,14 +83,15 @@ def _spawn(argv: list[str]) -> dict:
 
 
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--preset", default="quickstart")
+    ap = command_parser(__doc__)
+    ap.add_argument("--preset", default="quickstart", help="the preset the runs start from")
     ap.add_argument("--ns", default="1,4,16", help="batch sizes to measure")
-    ap.add_argument("--strategies", default="felix,oort-async,fedbuff")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--strategies", default="felix,oort-async,fedbuff", help="comma-separated strategies")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+        help="a scenario field or policy option (repeatable)")
     ap.add_argument("--separate-workers", type=int, default=2,
                     help="separate processes run at a time (0: do not run them)")
-    ap.add_argument("--json")
+    ap.add_argument("--json", help="write the results as JSON here")
     ap.add_argument("--child", choices=("batch", "one"), help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
@@ -138,4 +140,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script("sweep_batching.py", main)

@@ -17,7 +17,6 @@ load; every figure is the median over ``--reps`` after a warm-up.
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import time
@@ -27,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from felix_jax.commands import command_parser, run_script
 from felix_jax.fleet.server_optimizer import server_step, weighted_mean_delta
 from felix_jax.fleet.update_guard import (UpdateGuardConfig, judge_updates, remember_norms, tree_all_finite,
                                           update_health, zero_rejected)
@@ -86,11 +86,11 @@ def timed(fn) -> float:
     return 1000 * (time.perf_counter() - t0)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--reps", type=int, default=50)
+def main(argv=None) -> None:
+    ap = command_parser(__doc__)
+    ap.add_argument("--reps", type=int, default=50, help="timed repetitions (after one warm-up)")
     ap.add_argument("--json", help="write the figures here")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
     model = cifar_cnn()
     params = model.init(jax.random.key(0))
@@ -141,4 +141,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script("update_guard.py", main)

@@ -14,7 +14,6 @@ way (the writers record, they decide nothing), which it checks.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import tempfile
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from felix_jax.commands import command_parser, run_script
 from felix_jax.experiment import get_preset
 from felix_jax.experiment.runner import run
 from felix_jax.experiment.writers import make_writers
@@ -39,14 +39,15 @@ def one_run(sc, folder: Path, writers) -> tuple[float, float, str]:
 
 
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--preset", default="tiny")
-    ap.add_argument("--strategy", default="felix")
-    ap.add_argument("--availability", default="avail50")
-    ap.add_argument("--aggregations", type=int, default=60)
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--writers", default="tensorboard,mlflow")
-    ap.add_argument("--json")
+    ap = command_parser(__doc__.split("\n\n")[0])
+    ap.add_argument("--preset", default="tiny", help="the preset the runs start from")
+    ap.add_argument("--strategy", default="felix", help="the strategy measured")
+    ap.add_argument("--availability", default="avail50", help="the availability regime")
+    ap.add_argument("--aggregations", type=int, default=60, help="aggregations per run (max_aggregations)")
+    ap.add_argument("--reps", type=int, default=3, help="timed repetitions (after one warm-up)")
+    ap.add_argument("--writers", default="tensorboard,mlflow",
+        help="comma-separated metric writers (tensorboard, mlflow)")
+    ap.add_argument("--json", help="write the results as JSON here")
     args = ap.parse_args(argv)
     writers = make_writers(args.writers)  # a missing extra: one line, before anything runs
     sc = get_preset(args.preset).with_overrides({"strategy": args.strategy, "availability": args.availability,
@@ -83,4 +84,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script("writer_overhead.py", main)

@@ -12,28 +12,13 @@ import sys
 import traceback
 from pathlib import Path
 
+# what a run or its inputs may raise that is the user's to fix (USER_ERRORS): reported in one line, no
+# traceback (the whole stack on request: --traceback or FELIX_JAX_TRACEBACK=1); shared with benchmarks/
+from .commands import TRACEBACK_ENV, USER_ERRORS, one_line as _one_line  # noqa: F401
+from .fleet.snapshot import SnapshotWriteError
 from .options import OptionError
-from .fleet.lifecycle import UnsettledTaskError
-from .fleet.simulator import PolicyError
-from .fleet.snapshot import SnapshotError, SnapshotWriteError
 from .plugin_calls import PluginError
 from .traces import DataFileError
-
-# what a run or its inputs may raise that is the user's to fix: reported in one line, no traceback
-# (the whole stack on request: --traceback or FELIX_JAX_TRACEBACK=1)
-USER_ERRORS = (OSError, KeyError, DataFileError, OptionError, SnapshotError, PolicyError, UnsettledTaskError,
-               PluginError)
-TRACEBACK_ENV = "FELIX_JAX_TRACEBACK"
-
-
-def _one_line(e: BaseException) -> str:
-    """The message of a user error, without the exception's repr noise (an OSError's errno), in the
-    command line's words where the error has them (``cli_message``: ``FELIX_JAX_DATA``, not ``path=``)."""
-    if getattr(e, "cli_message", None):
-        return e.cli_message
-    if isinstance(e, OSError) and e.strerror:
-        return f"{e.filename}: {e.strerror}" if e.filename else e.strerror
-    return str(e.args[0]) if e.args else str(e) or type(e).__name__
 
 
 def _parse_sets(items: list[str]) -> dict[str, str]:
@@ -253,8 +238,12 @@ def _run_locked(args, scenario, out: Path, created: bool, snapshots: dict) -> in
     replacing = not args.resume and holds_run_results(out)  # written aside, swapped in once finished
     kept = f"; the earlier results in {out} are kept" if replacing else ""
     try:
+        if args.config:  # a rerun of a recorded run reads its files as they are now: say which changed
+            from .experiment.inputs import warn_changed_inputs
+
+            warn_changed_inputs(args.config)
         result = run(scenario, out, progress=not args.quiet, stop_on_signals=True, resume=bool(args.resume),
-                     wall_budget_s=args.wall_budget_s, writers=args.writers, **snapshots)
+                     wall_budget_s=args.wall_budget_s, writers=args.writers, scenario_file=args.config, **snapshots)
     except PluginError as e:
         if created and e.stopped_after is None and e.no_snapshot is None:  # it failed while the run was built
             remove_if_unused(out)

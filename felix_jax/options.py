@@ -11,6 +11,11 @@ enums by value, ``None``/``null`` for optional fields).
 
 A ``variant`` key picks a named constructor of the config (for example Oort's
 ``fedscale``), the other keys override its fields.
+
+Every numeric field declares its valid range where its config is defined, in the
+class's ``RANGES`` mapping (field name -> :class:`Range`); :meth:`OptionSpec.build`
+refuses a value outside it in one line naming the option, the range and the value,
+before any work is done. A plugin's config declares its ranges the same way.
 """
 
 from __future__ import annotations
@@ -99,6 +104,71 @@ def type_name(hint: Any) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
+class Range:
+    """The values a numeric option accepts: ``low``..``high``, each end open or closed.
+
+    Infinite values are refused unless ``inf_ok`` (an option where ``inf`` means "no limit"); NaN always.
+
+    >>> str(Range.fraction()), str(Range.above(0)), str(Range.at_least(1))
+    ('in [0, 1]', '> 0', '>= 1')
+    >>> Range.above(0).contains(0.0), Range.fraction().contains(1.0)
+    (False, True)
+    """
+
+    low: float = -math.inf
+    high: float = math.inf
+    low_open: bool = False
+    high_open: bool = False
+    inf_ok: bool = False
+
+    @classmethod
+    def fraction(cls) -> "Range":
+        return cls(0.0, 1.0)
+
+    @classmethod
+    def above(cls, low: float, inf_ok: bool = False) -> "Range":
+        return cls(low, math.inf, low_open=True, inf_ok=inf_ok)
+
+    @classmethod
+    def at_least(cls, low: float, inf_ok: bool = False) -> "Range":
+        return cls(low, math.inf, inf_ok=inf_ok)
+
+    def contains(self, value: float) -> bool:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+            return False
+        if math.isinf(value) and not (self.inf_ok and value > 0 and self.high == math.inf):
+            return False
+        above = value > self.low if self.low_open else value >= self.low
+        below = value < self.high if self.high_open else value <= self.high
+        return above and below
+
+    def __str__(self) -> str:
+        num = lambda x: f"{x:g}"  # noqa: E731
+        if self.high == math.inf:
+            text = f"{'>' if self.low_open else '>='} {num(self.low)}"
+        elif self.low == -math.inf:
+            text = f"{'<' if self.high_open else '<='} {num(self.high)}"
+        else:
+            text = (f"in {'(' if self.low_open else '['}{num(self.low)}, "
+                    f"{num(self.high)}{')' if self.high_open else ']'}")
+        return text + (" (inf: no limit)" if self.inf_ok else "")
+
+
+def ranges_of(config: type | None) -> Mapping[str, Range]:
+    """The ``RANGES`` a config class declares (field name -> :class:`Range`); ``{}`` if none."""
+    return dict(getattr(config, "RANGES", None) or {})
+
+
+def check_range(key: str, value: Any, rule: Range | None) -> None:
+    """Raises :class:`OptionError` ``key=value: must be <range>`` when ``value`` is outside ``rule``
+    (``None`` values are left to the type hint: an optional field's "off")."""
+    if rule is None or value is None:
+        return
+    if not rule.contains(value):
+        raise OptionError(f"{key}={value!r}: must be {rule}")
+
+
+@dataclasses.dataclass(frozen=True)
 class OptionSpec:
     """How one policy is configured: its config class and its named variants."""
 
@@ -136,20 +206,28 @@ class OptionSpec:
                 names = sorted(fields) + (["variant"] if self.variants else [])
                 raise OptionError(f"{where}.{key}: unknown option" + known_names(key, names, f"{where} options"))
             parsed[key] = parse_value(f"{where}.{key}", value, fields[key])
+        ranges = ranges_of(self.config)
+        for key, value in parsed.items():  # the user's values, before the config's own checks
+            check_range(f"{where}.{key}", value, ranges.get(key))
         make = self.variants[variant] if variant is not None else self.config
         try:
-            return make(**parsed)
+            made = make(**parsed)
         except OptionError:
             raise
         except (TypeError, ValueError) as e:
             raise OptionError(f"{where}: {e}") from None
+        for key, rule in ranges.items():  # a variant's own values too
+            check_range(f"{where}.{key}", getattr(made, key, None), rule)
+        return made
 
     def describe(self) -> list[str]:
         """``name: type = default`` per field, for ``--list``."""
         if self.config is None:
             return []
         default = self.config()
-        out = [f"{name}: {type_name(hint)} = {to_json(getattr(default, name))}" for name, hint in self.fields().items()]
+        ranges = ranges_of(self.config)
+        out = [f"{name}: {type_name(hint)} = {to_json(getattr(default, name))}"
+               + (f" ({ranges[name]})" if name in ranges else "") for name, hint in self.fields().items()]
         if self.variants:
             out.insert(0, f"variant: {' | '.join(self.variants)}"
                           + (f" = {self.default_variant}" if self.default_variant else ""))

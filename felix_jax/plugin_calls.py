@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
+import inspect
 import linecache
 import os
 import sys
@@ -84,7 +85,41 @@ def plugin_error(what: str, error: BaseException, args: tuple = ()) -> PluginErr
     detail = None
     if frame is not None and isinstance(error, ValueError) and "read-only" in str(error):
         detail = _read_only_detail(error, frame, summary, args)
+    elif is_missing_rng(error):
+        detail = f"{describe(error)}; {DROPOUT_ADVICE}"
     return PluginError(what, where, error, detail)
+
+
+# a flax module that asks for a PRNG stream (dropout) when felix-jax gave it none
+DROPOUT_ADVICE = ("a module with dropout takes its training switch as an argument and names it to "
+                  "make_model: make_model(name, module, input_shape, num_classes, train_flag=\"train\") with "
+                  "__call__(self, x, train: bool) and nn.Dropout(rate, deterministic=not train); evaluation then "
+                  "runs with train=False and local training with train=True and a per-task key")
+
+
+def is_missing_rng(error: BaseException) -> bool:
+    """Whether ``error`` is flax's InvalidRngError (a module drew random numbers it was not given a key for)."""
+    return any(t.__name__ == "InvalidRngError" for t in type(error).__mro__)
+
+
+def check_signature(what: str, fn: Callable, args: tuple, expected: str) -> None:
+    """Raises a :class:`PluginError` naming ``expected`` (``make(input_shape, num_classes) -> Model``) when
+    a plugin's ``fn`` cannot be called with ``args``, before it is called (a call that cannot bind raises
+    from no frame of the plugin's, so the error could not say where)."""
+    target = inspect.unwrap(fn)
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):  # no signature to read (a builtin): the call itself will tell
+        return
+    try:
+        signature.bind(*args)
+    except TypeError as e:
+        code = getattr(target, "__code__", None)
+        where = (f"{code.co_filename}:{code.co_firstlineno}" if code is not None
+                 else "an unknown place (no Python frame)")
+        name = getattr(target, "__name__", "make")
+        raise PluginError(what, where, e, f"it is defined as {name}{signature}, but felix-jax calls {expected}") \
+            from None
 
 
 # ------------------------------------------------------------------ the plugin's own frame

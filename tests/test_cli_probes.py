@@ -94,7 +94,7 @@ def data_env(tmp_path, monkeypatch):
     (["run", *TINY, "--set", "eval_every=0"], ["eval_every=0", ">= 1"]),
     (["run", *TINY, "--set", "seed=-1"], ["seed=-1"]),
     (["run", *TINY, "--set", "max_aggregations=0"], ["max_aggregations=0", ">= 1"]),
-    (["run", *TINY, "--set", "aggregator.server_lr=-1"], ["server_lr=-1.0", "finite number > 0"]),
+    (["run", *TINY, "--set", "aggregator.server_lr=-1"], ["aggregator.server_lr=-1.0: must be > 0"]),
     (["run", *TINY, "--set", "aggregator.server_lr=nan"], ["aggregator.server_lr", "NaN"]),
     (["run", *TINY, "--set", "strategy=fedavg", "--set", "aggregator.server_lr=0"], ["server_lr=0.0"]),
     (["compare", "--scenario", "tiny", "--seeds", "a"], ["--seeds expects comma-separated integers"]),

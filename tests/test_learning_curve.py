@@ -43,16 +43,23 @@ def test_crossing_times_by_hand_with_a_dip_back_under():
     assert math.isnan(got[6])  # never reached
 
 
-@pytest.mark.parametrize("seed", range(5))
-def test_crossing_times_equal_the_stop_rule_checkpoint_by_checkpoint(seed):
+@pytest.mark.parametrize("full_window", [False, True])
+@pytest.mark.parametrize("seed", range(4))
+def test_crossing_times_equal_the_stop_rule_checkpoint_by_checkpoint(seed, full_window):
     rng = np.random.default_rng(seed)
-    acc = list(np.clip(np.cumsum(rng.normal(0.01, 0.03, 200)) + 0.1, 0, 1))
+    acc = list(np.clip(np.cumsum(rng.normal(0.02, 0.03, 200)) + 0.1, 0, 1))
     times = np.arange(200) * 7.0
-    for target in (0.2, 0.3, float(np.round(max(acc), 3)), 0.999):
-        rule = StopRule(target_accuracy=target)
+    for target in (0.12, 0.2, 0.3, float(np.round(max(acc), 3)), 0.999):
+        rule = StopRule(target_accuracy=target, full_window=full_window)
         first = next((times[i] for i in range(200) if rule.reached(acc[:i + 1])), None)
-        got = crossing_times(times, acc, [target])[0]
+        got = crossing_times(times, acc, [target], full_window=full_window)[0]
         assert (first is None and math.isnan(got)) or got == first
+
+
+def test_a_full_window_rule_reaches_nothing_before_its_window():
+    levels = rule_levels([0.5, 0.5, 0.5], window=2, full_window=True)
+    assert levels[0] == -np.inf and list(levels[1:]) == [0.5, 0.5]
+    assert crossing_times([0.0, 1.0, 2.0], [0.5, 0.5, 0.5], [0.5], window=2, full_window=True)[0] == 1.0
 
 
 def test_target_grid():

@@ -51,13 +51,20 @@ def _eval_chunks_impl(model: Model, params: Params, test: HeldOutSet, chunk: int
 _eval_chunks = jax.jit(_eval_chunks_impl, static_argnums=(0, 3))
 
 
+def held_out_metrics(correct: float, loss: float) -> HeldOutMetrics:
+    """An evaluation's (accuracy, loss); a non-finite loss (the model gave non-finite logits, whose
+    argmax is meaningless) reports no accuracy: NaN."""
+    return HeldOutMetrics(float(correct) if np.isfinite(loss) else float("nan"), float(loss))
+
+
 def evaluate(model: Model, params: Params, test: HeldOutSet, chunk: int = 1000) -> HeldOutMetrics:
-    """Accuracy and mean loss of ``params`` on the whole test set."""
+    """Accuracy and mean loss of ``params`` on the whole test set (accuracy NaN where the loss is not
+    finite: :func:`held_out_metrics`)."""
     n = int(test.y.shape[0])
     if n == 0:
         raise ValueError("empty test set")
     correct, loss_sum = jax.device_get(_eval_chunks(model, params, test, min(chunk, n)))
-    return HeldOutMetrics(float(correct) / n, float(loss_sum) / n)
+    return held_out_metrics(float(correct) / n, float(loss_sum) / n)
 
 
 @partial(jax.jit, static_argnums=(0, 3))
@@ -82,7 +89,7 @@ def evaluate_many(model: Model, versions: list[Params], test: HeldOutSet, chunk:
     size = max(len(versions), pad_to or 0)
     padded = tuple(versions) + (versions[-1],) * (size - len(versions))
     results = jax.device_get(_eval_versions(model, padded, test, min(chunk, n)))[:len(versions)]
-    return [HeldOutMetrics(float(c) / n, float(s) / n) for c, s in results]
+    return [held_out_metrics(float(c) / n, float(s) / n) for c, s in results]
 
 
 def _eval_hits_impl(model: Model, params: Params, test: HeldOutSet, chunk: int):
@@ -156,7 +163,7 @@ def _weighted(counts_etc, class_weights) -> HeldOutMetrics:
         raise ValueError("the class mix puts no weight on any class of the test set")
     w = np.where(present, w, 0.0) / w[present].sum()
     safe = np.maximum(counts, 1.0)
-    return HeldOutMetrics(float((w * correct / safe).sum()), float((w * loss_sum / safe).sum()))
+    return held_out_metrics(float((w * correct / safe).sum()), float((w * loss_sum / safe).sum()))
 
 
 def evaluate_weighted_many(model: Model, versions: list[Params], test: HeldOutSet, class_weights: list,

@@ -34,13 +34,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import ClassVar, Mapping
 
 import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..options import OptionError
+from ..options import OptionError, Range
 from .partition import Partition
 
 DRIFTS = ("none", "rotation", "surge", "per_client")
@@ -69,6 +70,13 @@ class StreamConfig:
     label_delay_hours: float = 0.0  # mean of the exponential label delay (0: labels come with the sample)
     proxy_accuracy: float | None = None  # None: unlabelled samples are unusable; p: proxy label right w.p. p
     live_eval: bool = True  # test accuracy weighted to the population's class mix at the checkpoint
+
+    RANGES: ClassVar[Mapping[str, Range]] = {
+        "rate_per_hour": Range.at_least(0), "diurnal_amplitude": Range.fraction(),
+        "window_hours": Range.above(0, inf_ok=True), "window_samples": Range.at_least(1),
+        "period_hours": Range.above(0), "start_hours": Range.at_least(0), "duration_hours": Range.above(0),
+        "strength": Range.fraction(), "alpha": Range.above(0), "label_delay_hours": Range.at_least(0),
+        "proxy_accuracy": Range.fraction()}
 
     def __post_init__(self):
         classes = self.surge_classes

@@ -30,19 +30,23 @@ CURVE_COLUMNS = ["availability", "strategy", "reference", "target", "n", "seeds"
 DEFAULT_STEP = 0.01
 
 
-def rule_levels(accuracies, window: int = 20) -> np.ndarray:
+def rule_levels(accuracies, window: int = 20, full_window: bool = False) -> np.ndarray:
     """(checkpoints,) float64: at each checkpoint, the highest level the stop rule holds for there:
-    min(mean of the last ``window`` accuracies, the last accuracy). The mean is summed as the rule sums
-    it (Python floats, oldest first), so a level compares with a target exactly as the rule does."""
+    min(mean of the last ``window`` accuracies, the last accuracy); ``full_window``
+    (``reading.stop_window_fill=full``): -inf until ``window`` accuracies exist. The mean is summed as the
+    rule sums it (Python floats, oldest first), so a level compares with a target exactly as the rule does."""
     acc = [float(a) for a in accuracies]
     out = np.empty(len(acc), np.float64)
     for i in range(len(acc)):
+        if full_window and i + 1 < window:
+            out[i] = -np.inf
+            continue
         recent = acc[max(0, i + 1 - window):i + 1]
         out[i] = min(sum(recent) / len(recent), acc[i])
     return out
 
 
-def crossing_times(times, accuracies, targets, window: int = 20) -> np.ndarray:
+def crossing_times(times, accuracies, targets, window: int = 20, full_window: bool = False) -> np.ndarray:
     """(len(targets),) float64: the time of the first checkpoint where the rule holds for each target
     (NaN where it never does). A curve that dips back under a level does not undo its crossing."""
     times = np.asarray(times, np.float64)
@@ -51,7 +55,7 @@ def crossing_times(times, accuracies, targets, window: int = 20) -> np.ndarray:
         raise ValueError(f"{len(times)} times for {len(accuracies)} accuracies")
     if len(times) == 0:
         return np.full(targets.shape, np.nan)
-    best = np.maximum.accumulate(rule_levels(accuracies, window))
+    best = np.maximum.accumulate(rule_levels(accuracies, window, full_window))
     idx = np.searchsorted(best, targets, side="left")  # first checkpoint whose running best >= target
     out = np.full(targets.shape, np.nan)
     hit = idx < len(best)
@@ -66,7 +70,8 @@ def target_grid(levels_by_run: dict, reference_runs: list, step: float = DEFAULT
     reference reaches nothing above the start."""
     if not levels_by_run or not reference_runs:
         return np.zeros(0)
-    start = max(float(lv[0]) for lv in levels_by_run.values() if len(lv))
+    start = max(float(np.max(lv[:1 + int(np.argmax(np.isfinite(lv)))])) for lv in levels_by_run.values()
+                if np.isfinite(lv).any())
     top = max((float(np.max(levels_by_run[r])) for r in reference_runs if len(levels_by_run[r])), default=start)
     k0 = math.floor(start / step + 1e-9) + 1  # strictly above the start
     k1 = math.floor(top / step + 1e-9)
@@ -75,8 +80,9 @@ def target_grid(levels_by_run: dict, reference_runs: list, step: float = DEFAULT
     return np.round(np.arange(k0, k1 + 1) * step, 10)
 
 
-def read_curve(run_dir: str | Path) -> tuple[np.ndarray, np.ndarray, int]:
-    """A run's checkpoint times (s), accuracies and its stop rule's window, from its folder."""
+def read_curve(run_dir: str | Path) -> tuple[np.ndarray, np.ndarray, int, bool]:
+    """A run's checkpoint times (s), accuracies and its stop rule's window and ``full_window``, from its
+    folder (config.json's ``stop``)."""
     import json
 
     run_dir = Path(run_dir)
@@ -85,11 +91,16 @@ def read_curve(run_dir: str | Path) -> tuple[np.ndarray, np.ndarray, int]:
         for row in csv.DictReader(f):
             times.append(float(row["time_s"]))
             acc.append(float(row["accuracy"]))
-    window = 20
+    stop = {}
     cfg = run_dir / "config.json"
     if cfg.is_file():
-        window = int(json.loads(cfg.read_text()).get("stop", {}).get("window", 20))
-    return np.asarray(times), np.asarray(acc), window
+        stop = json.loads(cfg.read_text()).get("stop", {})
+    return np.asarray(times), np.asarray(acc), int(stop.get("window", 20)), bool(stop.get("full_window", False))
+
+
+def _rule(curve: tuple) -> tuple[int, bool]:
+    """A curve's (window, full_window): (times, accuracies, window[, full_window])."""
+    return int(curve[2]), bool(curve[3]) if len(curve) > 3 else False
 
 
 def speedup_along_curve(rows: list[dict], strategies: list[str], regimes: list[str], reference: str | None = None,
@@ -99,7 +110,8 @@ def speedup_along_curve(rows: list[dict], strategies: list[str], regimes: list[s
     :func:`~felix_jax.experiment.stats.paired_ratio`, geometric mean and 95% t interval), how many
     seeds each reached it, and their mean hours. ``rows``: a comparison's rows (``run_dir`` each);
     ``curves``: (strategy, regime, seed) -> (times, accuracies, window), read from the rows' folders
-    where not given (e.g. accuracies on a subset of the test set, :mod:`felix_jax.experiment.test_hits`)."""
+    where not given (e.g. accuracies on a subset of the test set, :mod:`felix_jax.experiment.test_hits`);
+    a curve may carry a fourth element, its rule's ``full_window``."""
     reference = default_reference(strategies) if reference is None else reference
     curves = dict(curves or {})
     for r in rows:
@@ -109,12 +121,12 @@ def speedup_along_curve(rows: list[dict], strategies: list[str], regimes: list[s
     out = []
     for rg in regimes:
         runs = {k: v for k, v in curves.items() if k[1] == rg and k[0] in strategies}
-        levels = {k: rule_levels(acc, window) for k, (_, acc, window) in runs.items()}
+        levels = {k: rule_levels(v[1], *_rule(v)) for k, v in runs.items()}
         ref_runs = [k for k in runs if k[0] == reference]
         grid = target_grid(levels, ref_runs, step)
         if not len(grid):
             continue
-        cross = {k: crossing_times(t, acc, grid, window) for k, (t, acc, window) in runs.items()}
+        cross = {k: crossing_times(v[0], v[1], grid, *_rule(v)) for k, v in runs.items()}
         ref_seeds = {k[2]: cross[k] for k in ref_runs}
         for st in strategies:
             if st == reference:

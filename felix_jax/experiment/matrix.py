@@ -3,7 +3,8 @@ into its folder (``DIR/runs/<cell>``, :func:`~.cells.cell_dir`), cell by cell, i
 in sweep batches (sweep.py) or as Ray tasks (ray_executor.py), and writes ``summary.csv``.
 
 It owns what a cell's folder means on a second run: a finished cell of the same scenario is kept
-(:func:`finished_summary`, :func:`same_scenario`: a field its record lacks counts as its default), a
+(:func:`finished_summary`, :func:`same_scenario`: a field its record lacks counts as its default)
+unless a file it read changed since (inputs.py: then it runs again), a
 cell that finished with another scenario is refused (:class:`CellChanged`), and one stopped by a
 signal or a plugin, or killed after a periodic snapshot, continues from its snapshot. Its rows feed
 the tables (tables.py) and the figures (figures/comparison.py).
@@ -19,10 +20,11 @@ from pathlib import Path
 from typing import Callable
 
 from .cells import cell_dir, cell_overrides, regime_label
+from .inputs import changed_in_folder
 from .progress import comparison_eta
 from .runner import run
 from .scenario import Scenario
-from .stops import PLUGIN_ERROR
+from .stops import DEVICE_ERROR, PLUGIN_ERROR, POLICY_ERROR
 from .tables import SUMMARY_COLUMNS, write_summary_csv
 
 
@@ -44,8 +46,8 @@ def changed_cell(sc: Scenario, run_dir: Path) -> str | None:
 
 
 # a cell stopped with one of these is not finished: its stop snapshot continues it (a signal's, or the
-# state before a plugin's error, once the plugin is fixed)
-UNFINISHED_STOPS = ("interrupted", PLUGIN_ERROR)
+# state before a plugin's error once the plugin is fixed, a policy's or the device's)
+UNFINISHED_STOPS = ("interrupted", PLUGIN_ERROR, POLICY_ERROR, DEVICE_ERROR)
 
 
 def finished_summary(sc: Scenario, run_dir: Path) -> dict | None:
@@ -56,6 +58,8 @@ def finished_summary(sc: Scenario, run_dir: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     if summary.get("stop_reason") in UNFINISHED_STOPS:  # stopped by a signal or a plugin: resumed next time
+        return None
+    if changed_in_folder(run_dir):  # its data, trace, profile or plugin changed: its numbers are not current
         return None
     return summary if same_scenario(config.get("scenario"), sc) else None
 
@@ -84,7 +88,8 @@ def _interrupted_with_snapshot(run_dir: Path) -> bool:
         summary = json.loads((run_dir / "summary.json").read_text())
     except (OSError, ValueError):
         return False
-    return summary.get("stop_reason") in UNFINISHED_STOPS and (run_dir / "snapshot" / "LATEST").is_file()
+    return summary.get("stop_reason") in UNFINISHED_STOPS and (run_dir / "snapshot" / "LATEST").is_file() \
+        and not changed_in_folder(run_dir)
 
 
 def _killed_with_snapshot(sc: Scenario, run_dir: Path) -> bool:
@@ -95,7 +100,8 @@ def _killed_with_snapshot(sc: Scenario, run_dir: Path) -> bool:
         stored = json.loads((run_dir / "config.json").read_text())
     except (OSError, ValueError):
         return False
-    return same_scenario(stored.get("scenario") if isinstance(stored, dict) else None, sc)
+    return same_scenario(stored.get("scenario") if isinstance(stored, dict) else None, sc) \
+        and not changed_in_folder(run_dir)
 
 
 def _run_cell(sc: Scenario, run_dir: Path, progress: bool, deadline: float = math.inf,
@@ -171,6 +177,10 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
         if changed is not None:
             raise CellChanged(f"cell {run_dir} finished with another scenario ({changed}); pass --overwrite to "
                               "rerun it, or choose another --out")
+        stale = changed_in_folder(run_dir) if resume and (run_dir / "summary.json").is_file() else []
+        if stale:
+            log(f"[{i + 1}/{len(todo)}] {labels[i]} on {regime_label(sc.availability)}, seed {sc.seed}: "
+                f"{stale[0]}{f' and {len(stale) - 1} more' if len(stale) > 1 else ''} since it ran: run again")
         done = finished_summary(sc, run_dir) if resume else None
         if done is not None:
             rows[i] = {**_row(sc, base, done, run_dir, labels[i]), "_kept": True}

@@ -25,7 +25,7 @@ import numpy as np
 from ..models import cifar_cnn, mlp, speech_cnn, speech_resnet
 from ..models.base import Model
 from ..options import OptionError
-from ..plugin_calls import guarded, is_plugin, location
+from ..plugin_calls import DROPOUT_ADVICE, check_signature, guarded, is_missing_rng, is_plugin, location
 from ..suggest import known_names
 from ..traces import (REFERENCE_TRACE_NAMES, AvailabilityTrace, DeviceProfile, always_available, flash_profile,
                       load_device_profile,
@@ -286,10 +286,26 @@ def make_model(name: str, input_shape: tuple, num_classes: int) -> Model:
     check_model_input(name, input_shape)
     plugin = is_plugin(factory)
     if plugin:  # a user's model: what its factory raises is reported naming it (plugin_calls.py)
-        factory = guarded(f"model {name!r} factory {getattr(factory, '__name__', 'make')}()", factory)
+        what = f"model {name!r} factory {getattr(factory, '__name__', 'make')}()"
+        check_signature(what, factory, (tuple(input_shape), num_classes), "make(input_shape, num_classes) -> Model")
+        factory = guarded(what, factory)
     model = factory(tuple(input_shape), num_classes)
+    if not isinstance(model, Model):
+        raise OptionError(not_a_model(name, model))
     check_model_output(name, model, tuple(input_shape), num_classes, plugin=plugin)
     return model
+
+
+def not_a_model(name: str, made) -> str:
+    """The one line for a model factory that returned something other than a :class:`Model`."""
+    import flax.linen as nn
+
+    if isinstance(made, nn.Module):
+        return (f"model={name}: its factory returned the flax module {type(made).__name__}, not a Model: wrap it "
+                f"with felix_jax.models.make_model(\"{name}\", module, input_shape, num_classes) (and "
+                "train_flag=\"train\" for a module with dropout)")
+    return (f"model={name}: its factory returned {type(made).__name__}, not a Model (felix_jax.models.make_model "
+            "wraps a flax module into one)")
 
 
 def check_model_output(name: str, model: Model, input_shape: tuple, num_classes: int, plugin: bool = False) -> None:
@@ -306,8 +322,9 @@ def check_model_output(name: str, model: Model, input_shape: tuple, num_classes:
     except Exception as e:  # noqa: BLE001 - a user's model: whatever it raises is reported in one line
         first = (str(e).strip().splitlines() or [""])[0]
         at = f" at {location(e)}" if plugin else ""
+        advice = f"; {DROPOUT_ADVICE}" if is_missing_rng(e) else ""
         raise OptionError(f"model={name} cannot run on inputs of shape {tuple(input_shape)} per sample "
-                          f"({type(e).__name__}{at}: {first})") from None
+                          f"({type(e).__name__}{at}: {first}){advice}") from None
     shape = tuple(getattr(logits, "shape", ()))
     if shape != (2, num_classes):
         raise OptionError(f"model={name} gives logits of shape {shape} for a batch of 2, but the data set has "

@@ -34,7 +34,9 @@ def fleet_config(sc: Scenario, strategy) -> FleetConfig:
 
 def stop_rule(sc: Scenario) -> StopRule:
     """When the run ends (config.json's ``stop``)."""
-    return StopRule(target_accuracy=sc.target_accuracy, max_virtual_s=sc.max_virtual_hours * 3600,
+    return StopRule(target_accuracy=sc.target_accuracy, window=sc.stop_window,
+                    full_window=sc.resolve_reading().stop_window_fill == "full",
+                    max_virtual_s=sc.max_virtual_hours * 3600,
                     max_aggregations=sc.max_aggregations, eval_every=sc.eval_every,
                     eval_batch=sc.eval_batch, stop_at_target=sc.stop_at_target,
                     keep_hits=sc.test_hits)
@@ -42,7 +44,7 @@ def stop_rule(sc: Scenario) -> StopRule:
 
 # config.json's top-level sections: the scenario, what it resolves to (checked on a rerun), and facts
 RESOLVED_SECTIONS = ("strategy", "policies", "update_guard", "fleet", "stop")
-RECORD_SECTIONS = ("scenario", "model", "backend", "jax", "snapshot") + RESOLVED_SECTIONS
+RECORD_SECTIONS = ("scenario", "model", "backend", "jax", "snapshot", "inputs") + RESOLVED_SECTIONS
 
 
 def resolved_sections(sc: Scenario) -> dict[str, Any]:

@@ -221,6 +221,11 @@ def prepare_out_dir(out_dir: str | Path, clear: bool = False, refuse_existing: b
         if foreign:
             raise OutputDirError(f"{out} holds {_listing(out, foreign)} that felix-jax did not write (not a run's "
                                  "results): a run never replaces them; move them or choose another --out")
+    if refuse_existing and not clear and (out / "config.json").exists() and not (out / "summary.json").exists() \
+            and not (out / "snapshot" / "LATEST").is_file():
+        raise OutputDirError(f"{out} holds a run that stopped before its end with nothing to resume (config.json, "
+                             "no summary.json, no snapshot): pass --overwrite to run it again there (felix-jax run "
+                             f"--config {out / 'config.json'} --out {out} --overwrite), or choose another --out")
     if refuse_existing and not clear and (out / "config.json").exists():
         raise OutputDirError(f"{out} already holds a run's results (config.json): pass --overwrite to replace "
                              "them or choose another --out (to continue a run, see felix-jax run --help)")
@@ -389,13 +394,14 @@ def summarize(record: RunRecord, seed: int, batches: dict) -> dict:
     the previous summary (or since start): a run's build and run when runs go one after another."""
     intervals = np.diff(record.aggregation_times) if len(record.aggregation_times) > 1 else np.zeros(0)
     acc = [c.accuracy for c in record.checkpoints]
+    finite = [a for a in acc if np.isfinite(a)]  # an evaluation of non-finite logits reports no accuracy
     out = {
         "time_to_target_s": record.time_to_target_s,
         "time_to_target_h": None if record.time_to_target_s is None else record.time_to_target_s / 3600,
         "bytes_total": record.accounting.bytes_total,
         "aggregations": len(record.aggregation_times) - 1,
-        "final_accuracy": acc[-1] if acc else None,
-        "best_accuracy": max(acc) if acc else None,
+        "final_accuracy": acc[-1] if acc and np.isfinite(acc[-1]) else None,
+        "best_accuracy": max(finite) if finite else None,
         "seed": seed,
         "agg_interval_p50_s": float(np.percentile(intervals, 50)) if len(intervals) else None,
         "agg_interval_p95_s": float(np.percentile(intervals, 95)) if len(intervals) else None,
@@ -410,6 +416,8 @@ def summarize(record: RunRecord, seed: int, batches: dict) -> dict:
     }
     _compiles["at_last_summary"] = _compiles["total"]
     out.update(record.accounting.summary())
+    if str(record.stop_reason).startswith("diverged"):  # only the aggregations whose step was taken count
+        out["aggregations"] = out["model_steps"]
     out["evals_per_aggregation"] = (record.accounting.dispatched_eval / out["aggregations"]
                                     if out["aggregations"] else None)
     out.update(participation(_event_rows(record), record.num_clients))

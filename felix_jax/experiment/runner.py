@@ -13,13 +13,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ..fleet.simulator import Checkpoint, RunRecord
+from ..fleet.simulator import Checkpoint, RunFailed, RunRecord
 from ..fleet.snapshot import SnapshotPolicy, save_snapshot
 from ..plugin_calls import PluginError
 # the fleet a scenario builds (build.py), its progress (progress.py), how a run stops (stops.py) and what a
 # scenario resolves to (resolution.py): importable from here too, as before
 from .build import (CLIENT_OVERHEAD_BYTES, build_simulator, paper_client_sizes, reference_sizes,  # noqa: F401
                     reference_zero_step, run_config)
+from .inputs import INPUTS_SECTION, InputsChanged, changed_in_folder, fingerprint_inputs
 from .progress import RunProgress, StopProgress  # noqa: F401
 from .resolution import (RECORD_SECTIONS, RESOLVED_SECTIONS, check_fleet, check_recorded_config,  # noqa: F401
                          fleet_config, resolved_sections, stop_rule)
@@ -27,7 +28,8 @@ from .event_log import EVENTS_FILE
 from .results import (SNAPSHOT_DIR, MetricsStream, folder_lock, live_metrics, prepare_out_dir, staged_results,
                       summarize, write_config, write_results)
 from .scenario import Scenario
-from .stops import PLUGIN_ERROR, StopOnSignals, finished_stop_reason, replay_to_last_event
+from .stops import (FAILURE_TYPES, RESUMABLE_STOPS, StopOnSignals, failure_line, failure_message,
+                    finished_stop_reason, replay_to_last_event)
 
 
 @dataclasses.dataclass
@@ -37,12 +39,15 @@ class RunResult:
     summary: dict
     out_dir: Path | None
     interrupted_by: int | None = None  # the signal that stopped the run (stop_reason "interrupted")
-    plugin_error: PluginError | None = None  # what stopped the run (stop_reason "plugin_error"); run() raises it
+    # what stopped the run inside an event (stop_reason "plugin_error", "policy_error" or "device_error");
+    # run() raises it (a policy's or the device's as a RunFailed saying what the folder holds)
+    plugin_error: BaseException | None = None
 
 
 def run(sc: Scenario, out_dir: str | Path | None = None, progress: bool = False, plot: bool = True,
         stop_on_signals: bool = False, snapshot_every: int | None = None, snapshot_minutes: float | None = None,
-        resume: bool = False, wall_budget_s: float | None = None, batch=None, writers=None) -> RunResult:
+        resume: bool = False, wall_budget_s: float | None = None, batch=None, writers=None,
+        scenario_file: str | Path | None = None) -> RunResult:
     """Builds and runs ``sc``; with ``out_dir``, writes its results folder as the run goes.
 
     The folder is checked (created, writable, not a comparison's, nothing a run did not write
@@ -68,6 +73,9 @@ def run(sc: Scenario, out_dir: str | Path | None = None, progress: bool = False,
     ``writers``: metric writers fed every test checkpoint as ``metrics.csv`` is (``"tensorboard"``,
     ``"mlflow"`` or :class:`~felix_jax.experiment.writers.MetricWriter` objects; needs ``out_dir``;
     ``experiment/writers/``): a resumed run continues their logs without repeating a step.
+    ``scenario_file``: the file ``sc`` was read from, fingerprinted with the run's other input files
+    (config.json's ``inputs``, :mod:`~felix_jax.experiment.inputs`); a run whose data set, trace, device
+    profile or plugin files changed since it started is not resumed (:class:`InputsChanged`).
     """
     from .writers.feed import make_writers
 
@@ -77,11 +85,11 @@ def run(sc: Scenario, out_dir: str | Path | None = None, progress: bool = False,
     # one writer per results folder, for the whole run (re-entrant within a process)
     with folder_lock(out_dir, "felix-jax run") if out_dir is not None else contextlib.nullcontext():
         return _run(sc, out_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_minutes, resume,
-                    wall_budget_s, batch, writers)
+                    wall_budget_s, batch, writers, scenario_file)
 
 
 def _run(sc, out_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_minutes, resume,
-         wall_budget_s, batch=None, writers=()) -> RunResult:
+         wall_budget_s, batch=None, writers=(), scenario_file=None) -> RunResult:
     t_call = time.perf_counter()
     if wall_budget_s is not None and not wall_budget_s > 0:
         raise ValueError(f"wall_budget_s must be > 0 seconds, got {wall_budget_s}")
@@ -94,35 +102,49 @@ def _run(sc, out_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_
             raise FileNotFoundError(f"{out_dir}: that run finished (stop reason: {finished}); nothing to resume "
                                     "(rerun it with --overwrite, or give --out another folder)")
     if resume and not (snap_dir / "LATEST").is_file():
-        raise FileNotFoundError(f"{out_dir} holds no snapshot to resume ({snap_dir}/LATEST is missing); "
-                                "a run writes snapshots with --snapshot-every N")
+        raise FileNotFoundError(f"{out_dir} holds no snapshot to resume ({snap_dir}/LATEST is missing; a run writes "
+                                "snapshots with --snapshot-every N): run it again there with felix-jax run --config "
+                                f"{Path(out_dir) / 'config.json'} --out {out_dir} --overwrite, or choose another "
+                                "--out")
+    if resume:
+        changed = changed_in_folder(Path(out_dir))
+        if changed:
+            more = f" and {len(changed) - 1} more" if len(changed) > 1 else ""
+            raise InputsChanged(f"{out_dir}: cannot resume: a file it reads changed since it ran: {changed[0]}{more}; "
+                                "rerun it with --overwrite, or give --out another folder")
     if out_dir is None:
         return _run_into(sc, None, None, progress, plot, stop_on_signals, snapshot_every, snapshot_minutes, resume,
-                         wall_budget_s, batch, t_call)
+                         wall_budget_s, batch, t_call, scenario_file=scenario_file)
     out = prepare_out_dir(out_dir, clear=not resume)
     # a run replacing earlier results writes aside and swaps them in once it has finished
     with staged_results(out, replace=not resume) as write_dir:
         try:
             result = _run_into(sc, write_dir, write_dir / SNAPSHOT_DIR, progress, plot, stop_on_signals,
                                snapshot_every, snapshot_minutes, resume, wall_budget_s, batch, t_call,
-                               writers=writers, final_out=out)
-        except PluginError as e:
-            if not resume and e.stopped_after is None and e.no_snapshot is None:  # failed before its first event
-                for name in ("config.json", "metrics.csv", EVENTS_FILE):  # nothing to keep: the folder is left as it was
+                               writers=writers, final_out=out, scenario_file=scenario_file)
+        except FAILURE_TYPES as e:
+            if not resume and getattr(e, "stopped_after", None) is None and getattr(e, "no_snapshot", None) is None:
+                for name in ("config.json", "metrics.csv", EVENTS_FILE):  # failed before its first event: as it was
                     (write_dir / name).unlink(missing_ok=True)
             raise
+        failed = result.plugin_error
+        if failed is not None and not isinstance(failed, PluginError) and write_dir != out:
+            # replacing earlier results: a run a policy or the device stopped leaves them as they were
+            raise RunFailed(failure_line(failed)) from failed
     if result.plugin_error is not None:  # its results so far are in place (as an interrupted run's): say why
-        raise result.plugin_error
+        if isinstance(result.plugin_error, PluginError):
+            raise result.plugin_error
+        raise RunFailed(failure_message(result.plugin_error, out)) from result.plugin_error
     return dataclasses.replace(result, out_dir=out)
 
 
 def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_minutes, resume,
-              wall_budget_s, batch, t_call, writers=(), final_out=None) -> RunResult:
+              wall_budget_s, batch, t_call, writers=(), final_out=None, scenario_file=None) -> RunResult:
     bar = RunProgress(sc, progress)
     stream: MetricsStream | None = None
     feed = None  # the metric writers' logs (experiment/writers/)
     timer: threading.Timer | None = None
-    failure: PluginError | None = None  # a plugin's error that stopped the run
+    failure: BaseException | None = None  # what stopped the run inside an event (stops.RUN_FAILURES)
     stop_snapshot: Path | None = None
     sim = None
 
@@ -142,6 +164,7 @@ def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every
                 sim.restore(snap_dir)
             config = run_config(sc, sim)
             config["snapshot"] = {"every_aggregations": snapshot_every, "every_minutes": snapshot_minutes}
+            config[INPUTS_SECTION] = fingerprint_inputs(sc, scenario_file)
             if out is not None:
                 write_config(out, config)
                 # rows go to events.csv as the run goes (a resumed run's file is cut back to its snapshot)
@@ -167,7 +190,7 @@ def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every
                 timer.start()
             try:
                 record = sim.run()
-            except PluginError as e:
+            except FAILURE_TYPES as e:
                 if out is None:  # no folder to keep anything in
                     raise
                 failure = e
@@ -178,7 +201,7 @@ def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every
                 sim.event_stream.close()  # the replay cuts events.csv back and writes it on
                 sim = None  # its memory, before the replay takes as much
                 sim, record = replay_to_last_event(sc, settled, seen, snap_dir, failure, out / EVENTS_FILE)
-            if out is not None and record.stop_reason in ("interrupted", "wall_budget", PLUGIN_ERROR):
+            if out is not None and record.stop_reason in RESUMABLE_STOPS:
                 stop_snapshot = save_snapshot(sim, snap_dir)  # between events: --resume continues from here
         except BaseException:
             if feed is not None:
@@ -199,6 +222,8 @@ def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every
         summary["xla_compilations"] = None
     if sim.engine.streams is not None:
         summary.update(live_metrics(record.checkpoints, sim.engine.streams.cfg.shift_times_s(), sc.target_accuracy))
+    if failure is not None:  # what stopped it inside an event, beside the stop reason
+        summary["stopped_by"] = f"{type(failure).__name__}: {(str(failure).strip().splitlines() or [''])[0]}"
     if out is not None:  # a replayed run's metrics.csv is rewritten: the failed event may have added a row
         try:
             write_results(out, config, record, summary, plot=plot, streamed=failure is None)

@@ -93,6 +93,10 @@ class Scenario:
     reading: dict = dataclasses.field(default_factory=dict)
     # stopping and metrics
     target_accuracy: float | None = 0.8
+    # the target is reached when the mean of the last stop_window test accuracies (the initial model's
+    # included) and the last one reach it; with fewer so far, the mean of those there are
+    # (reading.stop_window_fill=full waits for stop_window of them, as the authors' stop script does)
+    stop_window: int = 20
     max_virtual_hours: float = 24.0
     max_aggregations: int = 400
     eval_every: int = 1
@@ -437,6 +441,7 @@ _CHECKS: tuple[tuple[str, typing.Callable[[typing.Any], bool], str], ...] = (
     ("max_virtual_hours", lambda v: v > 0, "> 0 (inf: no limit)"),
     ("max_aggregations", lambda v: v >= 1, ">= 1"),
     ("eval_every", lambda v: v >= 1, ">= 1"),
+    ("stop_window", lambda v: v >= 1, ">= 1"),
     ("eval_batch", lambda v: v >= 1, ">= 1"),
     ("seed", lambda v: 0 <= v < 2 ** 32, "an integer in [0, 2^32)"),
     ("devices", lambda v: v >= 1, ">= 1 (or none for every device jax sees)"),

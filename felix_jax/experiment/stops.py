@@ -1,8 +1,9 @@
 """How a run stops before its stop rule, and what it leaves to resume: a signal
-(:class:`StopOnSignals`: SIGINT / SIGTERM stop it after the current event), and a plugin's error
-(:func:`replay_to_last_event`: the run replayed to its last whole event, stop reason
-:data:`PLUGIN_ERROR`); :func:`finished_stop_reason` tells a finished results folder from one that
-stopped to be resumed."""
+(:class:`StopOnSignals`: SIGINT / SIGTERM stop it after the current event), and a failure inside an
+event (:data:`RUN_FAILURES`: a plugin's error, a policy's broken contract, a device error;
+:func:`replay_to_last_event`: the run replayed to its last whole event, stop reason
+:func:`failure_stop_reason`); :func:`finished_stop_reason` tells a finished results folder from one
+that stopped to be resumed."""
 
 from __future__ import annotations
 
@@ -12,12 +13,26 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ..fleet.simulator import Checkpoint, FleetSimulator, RunRecord
+import jax
+
+from ..fleet.simulator import Checkpoint, FleetSimulator, PolicyError, RunRecord
 from ..plugin_calls import PluginError
 from .build import build_simulator
 from .scenario import Scenario
 
 PLUGIN_ERROR = "plugin_error"  # the stop reason of a run that a plugin's error stopped
+POLICY_ERROR = "policy_error"  # ... that a policy's broken contract stopped (bad ids or weights, checked by the server)
+DEVICE_ERROR = "device_error"  # ... that the device stopped (out of memory, a lost device)
+# what may stop a run inside an event, with the stop reason its results then hold (first match)
+RUN_FAILURES = ((PluginError, PLUGIN_ERROR), (PolicyError, POLICY_ERROR), (jax.errors.JaxRuntimeError, DEVICE_ERROR))
+FAILURE_TYPES = tuple(t for t, _ in RUN_FAILURES)
+# stop reasons of a run that stopped to be resumed, not finished
+RESUMABLE_STOPS = ("interrupted", "wall_budget", PLUGIN_ERROR, POLICY_ERROR, DEVICE_ERROR)
+
+
+def failure_stop_reason(error: BaseException) -> str:
+    """The stop reason of a run that ``error`` (one of :data:`FAILURE_TYPES`) stopped."""
+    return next(reason for kind, reason in RUN_FAILURES if isinstance(error, kind))
 
 
 class StopOnSignals:
@@ -71,11 +86,13 @@ class StopOnSignals:
 
 
 def replay_to_last_event(sc: Scenario, settled: int | None, seen: list[Checkpoint], snap_dir: Path,
-                          failure: PluginError, events_path: Path | None = None) -> tuple[FleetSimulator, RunRecord]:
+                          failure: BaseException, events_path: Path | None = None
+                          ) -> tuple[FleetSimulator, RunRecord]:
     """The run that ``failure`` stopped, as it stood after its last whole event: a plugin raises in
     the middle of an event, where half of the event's work is done, so a fresh simulator replays the
     run to that point, from the newest snapshot before it (or from the start), and stops there with
-    stop reason ``plugin_error``; its snapshot resumes the run as a signal's would. The replay must
+    stop reason ``plugin_error`` (``policy_error``, ``device_error``: :func:`failure_stop_reason`); its
+    snapshot resumes the run as a signal's would. The replay must
     meet the failed run's checkpoints (a plugin that keeps state of its own outside its init/select
     state may not replay the same): else ``failure`` is raised, saying why no stop snapshot was written
     (and as it is when the run failed before its first event). ``settled``: the failed simulator's
@@ -89,11 +106,11 @@ def replay_to_last_event(sc: Scenario, settled: int | None, seen: list[Checkpoin
         sim.restore(start)
     if events_path is not None:
         sim.stream_events(events_path)
-    sim.request_stop(PLUGIN_ERROR, at_events=settled)
+    sim.request_stop(failure_stop_reason(failure), at_events=settled)
     try:
         record = sim.run()
-    except PluginError as e:
-        failure.no_snapshot = f"replaying its events to the failure, the plugin failed earlier ({e})"
+    except FAILURE_TYPES as e:
+        failure.no_snapshot = f"replaying its events to the failure, it failed earlier ({_first_line(e)})"
         raise failure
     common = min(len(record.checkpoints), len(seen))
     if record.events_processed != settled or repr(record.checkpoints[:common]) != repr(seen[:common]):
@@ -101,6 +118,29 @@ def replay_to_last_event(sc: Scenario, settled: int | None, seen: list[Checkpoin
                                "outside the value its init() returns?)")
         raise failure
     return sim, record
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def failure_line(error: BaseException) -> str:
+    """What a policy's or the device's failure was, in one line."""
+    return _first_line(error) if isinstance(error, PolicyError) else f"device error: {_first_line(error)}"
+
+
+def failure_message(error: BaseException, out: Path) -> str:
+    """The one line for a run that ``error`` (a policy's contract, the device; not a plugin's: see the CLI)
+    stopped mid-way: the failure, what ``out`` holds now, and the next command."""
+    what = failure_line(error)
+    if getattr(error, "snapshot", None) is not None:
+        n = error.stopped_after
+        return (f"{what}; the run stopped after {n} aggregation{'' if n == 1 else 's'}: its results up to its last "
+                f"whole event and a stop snapshot are in {out}; continue with: felix-jax run --resume {out} (it meets "
+                "the same failure again unless its cause is gone), or run it again with --overwrite")
+    why = getattr(error, "no_snapshot", None)
+    return (f"{what}; no stop snapshot" + (f" ({why})" if why else "") + f": its checkpoints so far are in {out}; "
+            "run it again with --overwrite, or choose another --out")
 
 
 def _snapshot_before(snap_dir: Path, events: int) -> Path | None:
@@ -130,4 +170,4 @@ def finished_stop_reason(out_dir: Path) -> str | None:
     except (OSError, ValueError):
         return None
     reason = summary.get("stop_reason") if isinstance(summary, dict) else None
-    return reason if isinstance(reason, str) and reason not in ("interrupted", "wall_budget", PLUGIN_ERROR) else None
+    return reason if isinstance(reason, str) and reason not in RESUMABLE_STOPS else None

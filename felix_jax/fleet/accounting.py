@@ -26,6 +26,9 @@ class Accounting:
     zero_weight_updates: int = 0
     rejected_updates_nonfinite: int = 0  # dropped by the update guard: NaN or Inf
     rejected_updates_norm: int = 0  # dropped by the update guard: L2 norm out of bounds
+    # aggregations whose server step was taken (an accepted update of positive weight, a finite model);
+    # a buffer with none still closes its round and advances the version
+    model_steps: int = 0
     interrupted_tasks: int = 0
     abandoned_tasks: int = 0
     timeouts: int = 0
@@ -84,6 +87,7 @@ class Accounting:
         out["bytes_train"] = self.bytes_down_train + self.bytes_up_train
         out["bytes_eval"] = self.bytes_down_eval + self.bytes_up_eval
         # training uploads that moved the model not at all (the paper's "uplink wasted")
+        out["updates_accepted"] = int(sum(1 for w in self.agg_weights if w > 0))  # moved the model
         out["updates_wasted"] = (self.discarded_updates + self.zero_weight_updates + self.rejected_updates_nonfinite
                                  + self.rejected_updates_norm)
         out["staleness_p50"], out["staleness_p90"], out["staleness_p99"] = (

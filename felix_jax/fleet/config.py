@@ -77,6 +77,10 @@ class StopRule:
 
     target_accuracy: float | None = None
     window: int = 20  # mean of the last `window` accuracies >= target, and the last one too
+    # Fewer than `window` test accuracies so far (the initial model's counts as one): False: the mean
+    # of those there are (the paper's text says nothing of this case); True: the rule is not met until
+    # there are `window` of them (the authors' stop script: "Less than 20 accuracy values found").
+    full_window: bool = False
     max_virtual_s: float = 48 * 3600.0
     max_aggregations: int = 10_000
     eval_every: int = 1  # test-set evaluation every n aggregations
@@ -91,11 +95,15 @@ class StopRule:
     keep_hits: bool = False
 
     def __post_init__(self):
+        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1:
+            raise ValueError(f"window must be an integer >= 1, got {self.window!r}")
         if self.eval_every < 1 or self.eval_batch < 1:
             raise ValueError(f"eval_every and eval_batch must be >= 1, got {self.eval_every} and {self.eval_batch}")
 
     def reached(self, accuracies: list[float]) -> bool:
         if self.target_accuracy is None or not accuracies:
+            return False
+        if self.full_window and len(accuracies) < self.window:
             return False
         recent = accuracies[-self.window:]  # fewer than `window` early on: mean of those so far
         return sum(recent) / len(recent) >= self.target_accuracy and accuracies[-1] >= self.target_accuracy

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
 from ..cohort.stats import statistical_utility
+from ..options import Range
 from .knowledge import Knowledge
 from .lifecycle import Interruption
 
@@ -42,6 +43,7 @@ _CHOICES = {
     "duration_source": ("work", "measured"),
     "oracle_clients": ("follow_trace", "always_available"),
     "async_exclusion": ("text", "every_async"),
+    "stop_window_fill": ("partial", "full"),
     "interruption": (None, AS_RAN) + tuple(i.value for i in Interruption),
     "oracle_departure": (None, AS_RAN, "keep_slot", "free_slot"),
 }
@@ -117,6 +119,15 @@ class Reading:
     # then sleeps its delay: TR:289-332). Not in the paper_code bundle: the paper's runs did not log it
     # (later measurements: 0.2-0.8 s per task).
     train_overhead_s: float = 0.0
+    # S1: the stop rule with fewer test accuracies than its window (StopRule.full_window): "partial" = the
+    # mean of those so far; "full" = not met until there are window of them: the authors' runs were
+    # stopped by a shell loop that reads the aggregator's log and does nothing while it holds fewer than
+    # 20 "test accuracy" lines (eurosys26_expts/scripts/*.sh: check_accuracy).
+    stop_window_fill: str = "partial"
+
+    RANGES: ClassVar[Mapping[str, Range]] = {
+        name: Range.at_least(0) for name in ("server_per_message_s", "server_per_message_sync_s",
+                                             "server_per_aggregation_s", "train_overhead_s")}
 
     def __post_init__(self):
         for name, allowed in _CHOICES.items():
@@ -151,7 +162,7 @@ class Reading:
                       "server_per_aggregation_s": PAPER_CODE_AGGREGATION_S,
                       "eval_counts_toward_concurrency": True, "sync_records_stale": False,
                       "sync_busy_selectable": True,
-                      "async_exclusion": "every_async", **overrides})
+                      "async_exclusion": "every_async", "stop_window_fill": "full", **overrides})
 
     def resolved(self, mode: str, knowledge: Knowledge) -> "Reading":
         """This reading for one strategy: ``"as_ran"`` switches take that strategy's value."""
@@ -227,6 +238,7 @@ SWITCH_SOURCES = {
     "sync_busy_selectable": "A15: SO:197, 413-425; end.py:63-72; HT:194",
     "async_exclusion": "A11: AO:722-873, 875-916, 1241-1295, 1307-1327",
     "train_overhead_s": "D1: TR:289-332 (not in the bundle: unmeasured)",
+    "stop_window_fill": "S1: eurosys26_expts/scripts/*.sh, check_accuracy (needs 20 accuracy lines)",
     "selector.t_pref_over / unknown_duration_s": "A4: AO:480-523, 496-505; oort.py (SO):427-467",
     "selector.pacer_rule": "A6: AO:396-418, 602-616, 1301; SO:343-365",
     "selector.clip_bound": "A7: AO:680-694, 714",

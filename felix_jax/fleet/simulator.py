@@ -50,6 +50,11 @@ class PolicyError(RuntimeError):
     weights. One line naming the policy and what it returned."""
 
 
+class RunFailed(RuntimeError):
+    """A run stopped mid-way by a failure that is not a plugin's (a policy's contract check, the device):
+    one line with the failure, what its results folder holds and the next command."""
+
+
 @dataclasses.dataclass
 class _PendingCheckpoint:
     """A test checkpoint whose evaluation waits for its batch (``StopRule.eval_batch``), with
@@ -657,6 +662,7 @@ class FleetSimulator:
                 self._stop_reason = f"diverged: global model is non-finite after aggregation {self.version + 1}"
                 return
             self.params, self.server_opt_state = params, opt_state
+            self.acct.model_steps += 1
         for u, w in zip(updates, weights):
             self._log(self.now, "aggregated", u.task.client, "train", u.task.version, u.staleness, float(w))
         self.version += 1

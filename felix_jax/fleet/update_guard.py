@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import NamedTuple
+from typing import ClassVar, Mapping, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..options import Range
 from ..policies.aggregators.deltas import update_norms
 
 
@@ -48,6 +49,10 @@ class UpdateGuardConfig:
     min_history: int = 5  # norms (recent + this buffer's finite ones) needed before the ratio rule applies
     max_norm: float | None = None  # absolute bound on an update's L2 norm; None: off
     max_empty_buffers: int | None = 5  # stop as diverged after this many buffers in a row had no update accepted
+
+    RANGES: ClassVar[Mapping[str, Range]] = {
+        "max_norm_ratio": Range.above(1), "history": Range.at_least(1), "min_history": Range.at_least(1),
+        "max_norm": Range.above(0), "max_empty_buffers": Range.at_least(1)}
 
     def __post_init__(self):
         if not isinstance(self.enabled, bool):

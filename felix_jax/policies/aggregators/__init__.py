@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ...options import OptionSpec
-from ...plugin_calls import guarded, is_plugin
+from ...plugin_calls import check_signature, guarded, is_plugin
 from .base import Aggregator, BufferInfo, apply_weighted_deltas
 from .deltas import DeltaBound, clip_or_normalize_deltas, update_norms
 from .fedasync import FedAsyncConfig, StalenessFunction, make_fedasync
@@ -59,7 +59,9 @@ def make_aggregator(name: str, config=None, **options) -> Aggregator:
     if not is_plugin(factory):
         return factory(config)
     # a user's aggregator: what it raises is reported naming it and the call (plugin_calls.py)
-    made = guarded(f"aggregator {name!r} factory {getattr(factory, '__name__', 'make')}()", factory)(config)
+    what = f"aggregator {name!r} factory {getattr(factory, '__name__', 'make')}()"
+    check_signature(what, factory, (config,), f"make(config: {type(config).__name__}) -> Aggregator")
+    made = guarded(what, factory)(config)
     hooks = {field: guarded(f"aggregator {name!r}.{field}", getattr(made, field))
              for field in ("weights", "transform_deltas", "augment_info") if callable(getattr(made, field, None))}
     return made._replace(**hooks)

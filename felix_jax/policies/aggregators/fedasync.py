@@ -19,9 +19,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import enum
+from typing import ClassVar, Mapping
 
 import numpy as np
 
+from ...options import Range
 from .base import Aggregator, BufferInfo
 from .staleness import drop_beyond
 
@@ -40,6 +42,10 @@ class FedAsyncConfig:
     hinge_b: float = 4.0  # hinge knee b: no discount while tau <= b
     server_lr: float = 0.3
     max_staleness: int | None = None
+
+    RANGES: ClassVar[Mapping[str, Range]] = {
+        "poly_a": Range.at_least(0), "hinge_a": Range.at_least(0), "hinge_b": Range.at_least(0),
+        "server_lr": Range.above(0), "max_staleness": Range.at_least(0)}
 
     def __post_init__(self):
         if not (math.isfinite(self.server_lr) and self.server_lr > 0):

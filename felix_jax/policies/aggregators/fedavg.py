@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import ClassVar, Mapping
 
 import numpy as np
 
+from ...options import Range
 from .base import Aggregator, BufferInfo
 
 
 @dataclasses.dataclass(frozen=True)
 class FedAvgConfig:
     server_lr: float = 1.0  # eta; 1 gives plain FedAvg
+
+    RANGES: ClassVar[Mapping[str, Range]] = {"server_lr": Range.above(0)}
 
     def __post_init__(self):
         if not (math.isfinite(self.server_lr) and self.server_lr > 0):

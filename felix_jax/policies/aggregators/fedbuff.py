@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import ClassVar, Mapping
 
 import numpy as np
 
+from ...options import Range
 from .base import Aggregator, BufferInfo
 from .staleness import drop_beyond
 from .tierfuse import tierfuse_weight
@@ -32,6 +34,8 @@ class FedBuffConfig:
     server_lr: float = 0.3  # eta of the paper's async runs
     max_staleness: int | None = None  # None: keep all (FedBuff); 5: the FedScale variant
     match_step: str | None = None  # None (FedBuff) | "tierfuse": rescale to TierFuse's total weight
+
+    RANGES: ClassVar[Mapping[str, Range]] = {"server_lr": Range.above(0), "max_staleness": Range.at_least(0)}
 
     def __post_init__(self):
         if not (math.isfinite(self.server_lr) and self.server_lr > 0):

@@ -38,12 +38,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import NamedTuple
+from typing import ClassVar, Mapping, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ...options import Range
 from .base import Aggregator, BufferInfo
 
 
@@ -53,6 +54,9 @@ class REFLSAAConfig:
     threshold: int | None = 5  # largest staleness kept; None keeps all
     scale: float = 1.0  # s, REFL's scale coefficient
     server_lr: float = 1.0  # sync rounds: the new model is the weighted mean
+
+    RANGES: ClassVar[Mapping[str, Range]] = {"beta": Range.fraction(), "threshold": Range.at_least(0),
+                                             "scale": Range.above(0), "server_lr": Range.above(0)}
 
     def __post_init__(self):
         if not (math.isfinite(self.server_lr) and self.server_lr > 0):

@@ -30,9 +30,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import enum
+from typing import ClassVar, Mapping
 
 import numpy as np
 
+from ...options import Range
 from .base import Aggregator, BufferInfo
 from .deltas import DeltaBound, clip_or_normalize_deltas
 from .staleness import drop_beyond
@@ -59,6 +61,10 @@ class TierFuseConfig:
     max_norm: float = 1.0  # bound for delta_bound
     server_lr: float = 0.3  # eta
     normalize: bool = False  # False: / K (code); True: / sum of weights
+
+    RANGES: ClassVar[Mapping[str, Range]] = {
+        "sigma": Range.fraction(), "a": Range.at_least(0), "b": Range.at_least(0),
+        "max_staleness": Range.at_least(0), "max_norm": Range.above(0), "server_lr": Range.above(0)}
 
     def __post_init__(self):
         if not (math.isfinite(self.server_lr) and self.server_lr > 0):

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from ...options import OptionSpec
-from ...plugin_calls import guarded, is_plugin
+from ...plugin_calls import check_signature, guarded, is_plugin
 from .base import SelectionContext, Selector
 from .oort import make_oort_selector
 from .oort_math import OORT_VARIANTS, OortConfig
@@ -50,7 +50,12 @@ def make_selector(name: str, config=None, **options) -> Selector:
     if not is_plugin(factory):
         return _checked(factory() if config is None else factory(config))
     # a user's selector: what it raises is reported naming it and the call (plugin_calls.py)
-    make = guarded(f"selector {name!r} factory {getattr(factory, '__name__', 'make')}()", factory)
+    what = f"selector {name!r} factory {getattr(factory, '__name__', 'make')}()"
+    if config is None:
+        check_signature(what, factory, (), "make() -> Selector (a selector registered without a config)")
+    else:
+        check_signature(what, factory, (config,), f"make(config: {type(config).__name__}) -> Selector")
+    make = guarded(what, factory)
     selector = make() if config is None else make(config)
     return _checked(selector._replace(init=guarded(f"selector {name!r}.init", selector.init),
                                       select=guarded(f"selector {name!r}.select", selector.select)))

@@ -24,11 +24,12 @@ configurations (the FeLiX code's, FedScale's Oort and the Oort repository's).
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from typing import Callable, ClassVar, Mapping
 
 import numpy as np
 
 from ...cohort.stats import statistical_utility
+from ...options import Range
 
 __all__ = ["OORT_VARIANTS", "OortConfig", "Pacer", "PacerState", "order_statistic", "preferred_duration",
            "staleness_bonus", "system_penalty", "clip_utilities", "normalised_utilities", "oort_scores",
@@ -115,6 +116,15 @@ class OortConfig:
     # False: U' = clipped U (FeLiX). True: Oort's normaliser, see normalised_utilities (FedScale, Oort repo).
     normalize_utility: bool = False
     abs_scores: bool = False  # exploit scores taken as |score| (FedScale)
+
+    # epsilon and its floor are shares of a request (above 1 a call would pick more clients than asked);
+    # round_threshold is a percentile; clip_bound an order statistic's rank as a fraction
+    RANGES: ClassVar[Mapping[str, Range]] = {
+        "exploration_factor": Range.fraction(), "exploration_decay": Range.fraction(),
+        "exploration_min": Range.fraction(), "round_threshold": Range(0.0, 100.0),
+        "round_penalty": Range.at_least(0), "pacer_step": Range.at_least(1), "pacer_delta": Range.at_least(0),
+        "clip_bound": Range.fraction(), "cut_off": Range.fraction(), "min_candidates_factor": Range.at_least(0),
+        "sample_window": Range.above(0), "prior_cap": Range.at_least(1), "unknown_duration_s": Range.above(0)}
 
     def __post_init__(self):
         for name, allowed in (("split_rounding", _SPLIT_ROUNDINGS), ("shortfall", _SHORTFALLS),

@@ -13,9 +13,11 @@ the selection size is left to the server's over-commit (documented deviation).
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar, Mapping
 
 import numpy as np
 
+from ...options import Range
 from .base import SelectionContext, Selector
 from .refl_math import ips_order, thin_predictions, will_leave_within
 
@@ -24,6 +26,8 @@ from .refl_math import ips_order, thin_predictions, will_leave_within
 class REFLConfig:
     window_s: float = 600.0  # prediction window W (one slot of the paper's traces)
     accuracy: float = 0.9  # predictor accuracy; 1.0 = the exact trace
+
+    RANGES: ClassVar[Mapping[str, Range]] = {"window_s": Range.above(0), "accuracy": Range.fraction()}
 
 
 def make_refl_selector(config: REFLConfig = REFLConfig()) -> Selector:

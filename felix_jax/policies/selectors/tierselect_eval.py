@@ -10,9 +10,11 @@ free the client.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar, Mapping
 
 import numpy as np
 
+from ...options import Range
 from .base import SelectionContext, Selector
 from .tierselect_math import DEFAULT_MIN_AGE, eval_budget, select_for_eval_in_order
 
@@ -21,6 +23,8 @@ from .tierselect_math import DEFAULT_MIN_AGE, eval_budget, select_for_eval_in_or
 class TierSelectEvalConfig:
     min_age: int = DEFAULT_MIN_AGE  # rounds; refresh utilities at least this old (FeLiX code: 35)
     budget_factor: float = 1.5  # at most int(budget_factor * K) eval tasks per aggregation round (code)
+
+    RANGES: ClassVar[Mapping[str, Range]] = {"min_age": Range.at_least(0), "budget_factor": Range.at_least(0)}
 
     def __post_init__(self):
         if self.min_age < 0:

@@ -1,0 +1,82 @@
+"""What every felix-jax command shares (host-only): the ``felix-jax`` subcommands and the scripts in
+benchmarks/ report a user's mistake in one line, ``PROG: message``, with no traceback (the whole stack
+on request: ``--traceback`` or ``FELIX_JAX_TRACEBACK=1``), and show a default beside every argument's
+help. One reporter for all of them, as git's and cargo's subcommands share theirs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from typing import Any, Callable
+
+from .fleet.lifecycle import UnsettledTaskError
+from .fleet.simulator import PolicyError, RunFailed
+from .fleet.snapshot import SnapshotError
+from .options import OptionError
+from .plugin_calls import PluginError
+from .traces import DataFileError
+
+# what a run or its inputs may raise that is the user's to fix: reported in one line, no traceback
+USER_ERRORS = (OSError, KeyError, DataFileError, OptionError, SnapshotError, PolicyError, UnsettledTaskError,
+               PluginError, RunFailed)
+TRACEBACK_ENV = "FELIX_JAX_TRACEBACK"
+
+
+def one_line(e: BaseException) -> str:
+    """The message of a user error, without the exception's repr noise (an OSError's errno), in the
+    command line's words where the error has them (``cli_message``: ``FELIX_JAX_DATA``, not ``path=``)."""
+    if getattr(e, "cli_message", None):
+        return e.cli_message
+    if isinstance(e, OSError) and e.strerror:
+        return f"{e.filename}: {e.strerror}" if e.filename else e.strerror
+    return str(e.args[0]) if e.args else str(e) or type(e).__name__
+
+
+def traceback_asked(flag: bool = False) -> bool:
+    """``--traceback`` given, or ``FELIX_JAX_TRACEBACK`` set to a true value."""
+    return flag or os.environ.get(TRACEBACK_ENV, "").strip() not in ("", "0")
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """A script's docstring as written, and ``(default: X)`` after every argument's help."""
+
+
+def command_parser(description: str | None) -> argparse.ArgumentParser:
+    """An argument parser for a felix-jax script: its description as written, defaults shown."""
+    return argparse.ArgumentParser(description=description, formatter_class=HelpFormatter)
+
+
+def comma_list(text: str, what: str, convert: Callable[[str], Any] = str) -> list:
+    """``"a, b,c"`` as ``[a, b, c]`` (empty items dropped), each through ``convert``; a ``ValueError``
+    (one line naming ``what``) for an item it refuses."""
+    items = [x.strip() for x in str(text).split(",") if x.strip()]
+    try:
+        return [convert(x) for x in items]
+    except ValueError:
+        raise ValueError(f"{what} expects comma-separated {getattr(convert, '__name__', 'value')}s, "
+                         f"got {text!r}") from None
+
+
+def parse_sets(items: list[str]) -> dict[str, str]:
+    """``--set KEY=VALUE`` items as a dict; a ``ValueError`` (one line) for an item without ``=``."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--set expects key=value, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def run_script(prog: str, main: Callable[..., Any], argv: list[str] | None = None) -> Any:
+    """Calls ``main(argv)``; a user error it raises (:data:`USER_ERRORS`, a ``ValueError``) ends the
+    process with one line ``PROG: message`` and exit status 1 (its stack above it when asked for)."""
+    try:
+        return main(argv)
+    except (*USER_ERRORS, ValueError) as e:
+        if traceback_asked():
+            traceback.print_exception(e, file=sys.stderr)
+        raise SystemExit(f"{prog}: {one_line(e)}") from e
