@@ -20,7 +20,8 @@ Same as the emulator (felix_jax/experiment/build.py and felix_jax/cohort/local.p
 - initial parameters: the runner's model-init seed for the preset's ``seed``.
 
 Batches: each epoch is a fresh permutation of the pooled subset cut into full
-batches (the last partial batch dropped, as the clients' loader does). Test accuracy
+batches (the last partial batch dropped, as the clients' loader does); step i's crop and
+flip use the seed's augmentation key folded with i, whatever ``--eval-every`` is. Test accuracy
 uses the whole test subset (evaluation mode, argmax of the logits).
 
 Reproducible: the same seed gives the same curve in every process on the same jax/XLA
@@ -69,6 +70,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=6000)
     p.add_argument("--eval-every", type=int, default=250)
     p.add_argument("--no-augment", action="store_true", help="no crop+flip even if the preset augments")
+    p.add_argument("--augment", action="store_true", help="crop+flip even if the preset does not")
     p.add_argument("--seed", type=int, default=None, help="model-init / batch-order seed (default: the preset's)")
     p.add_argument("--json", default=None, help="write the curve and settings here")
     p.add_argument("--cpus", type=int, default=1,
@@ -105,7 +107,9 @@ def main(argv=None) -> dict:
     num_test = args.num_test if args.num_test is not None else sc.num_test
     batch = args.batch_size or sc.batch_size
     lr = args.lr or sc.learning_rate
-    augment = bool(sc.augment) and not args.no_augment
+    if args.augment and args.no_augment:
+        raise SystemExit("centralized_reference: --augment and --no-augment contradict each other")
+    augment = (bool(sc.augment) or args.augment) and not args.no_augment
     seed = sc.seed if args.seed is None else args.seed
 
     ds = load_dataset(sc.dataset)
@@ -183,7 +187,8 @@ def main(argv=None) -> dict:
     while done < args.steps:
         k = min(args.eval_every, args.steps - done)
         idx = batches(k, order)
-        keys = jax.random.split(jax.random.fold_in(aug_key, done), k)
+        # one augmentation key per step, by its index: the curve does not depend on --eval-every
+        keys = jax.vmap(lambda i: jax.random.fold_in(aug_key, i))(jnp.arange(done, done + k))
         params, opt_state, loss = run_chunk(params, opt_state, jnp.asarray(idx), keys)
         done += k
         rows.append({"steps": done, "samples": done * batch, "epochs": done * batch / n, "train_loss": float(loss),

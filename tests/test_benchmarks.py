@@ -60,6 +60,20 @@ def test_centralized_reference_trains_and_reports_a_curve(tmp_path):
     assert all(0 <= r["accuracy"] <= 1 for r in result["rows"])
 
 
+def test_centralized_reference_curve_does_not_depend_on_how_often_it_evaluates():
+    cref = load("centralized_reference")
+    # crop+flip on: each step's augmentation key is the one thing a chunk of steps could change
+    args = ["--preset", "quickstart", "--model", "cifar_cnn_narrow", "--augment", "--num-train", "640",
+            "--num-test", "300", "--steps", "20"]
+    every_5, once = cref.main(args + ["--eval-every", "5"]), cref.main(args + ["--eval-every", "20"])
+    assert [r["steps"] for r in every_5["rows"]] == [0, 5, 10, 15, 20] and [r["steps"] for r in once["rows"]] == [0, 20]
+    assert every_5["augment"] and once["augment"]
+    # the same 20 steps: the four 5-step mean losses average to the one 20-step mean loss
+    four = [r["train_loss"] for r in every_5["rows"][1:]]
+    assert sum(four) / 4 == pytest.approx(once["rows"][-1]["train_loss"], rel=1e-5, abs=0)
+    assert every_5["rows"][-1]["accuracy"] == once["rows"][-1]["accuracy"]
+
+
 def test_centralized_reference_gives_one_curve_whatever_cpus_and_host_devices_it_starts_with(tmp_path):
     """XLA's CPU code depends on the CPUs a process may use and on its host device count; the script
     fixes both before jax starts, so two processes started differently give the same curve bit for bit."""
