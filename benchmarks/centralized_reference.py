@@ -31,7 +31,7 @@ may use and the number of host devices (``--xla_force_host_platform_device_count
 one-epoch accuracy. Run as a script, it therefore fixes both before jax starts: the first
 ``--cpus`` CPUs of its affinity (default 1) and one host device. Called as ``main()`` from
 another program, it leaves that program's process as it is. The JSON records the CPU
-configuration and the jax version it ran with.
+configuration and the jax version it ran with. (On a GPU backend the pin covers the host side only.)
 
     python benchmarks/centralized_reference.py --model cifar_cnn_narrow --steps 6000 --eval-every 250 \\
         [--preset cifar10-fidelity] [--num-train 12000] [--num-test 500] [--json out.json]
