@@ -2,6 +2,8 @@
 
     python benchmarks/as_run_calibration.py [--aggregations 400] [--workers 2] [--json out.json]
     python benchmarks/as_run_calibration.py --fit          # refit the one free parameter
+    python benchmarks/as_run_calibration.py --cells oort-oracle/mobiperf,felix/mobiperf --readings paper_code \\
+        --set reading.train_overhead_s=0.2 --set reading.train_overhead_spread_s=0.6   # D1's 2026 range per task
 
 Short capped runs (cadence, staleness, picks and weights do not need the learner to converge)
 of the ``cifar10-longhorizon`` preset, seed 0, each cell in the paper's reading (``semantics=paper``)
@@ -47,6 +49,7 @@ CELLS = {
     "felix-no-tierfuse/syn_50": ("felix-no-tierfuse", "ref:syn_50", {}),
     "oort-async-tiertrack/syn_50": ("oort-async-tiertrack", "ref:syn_50", {}),
     "oort-oracle/mobiperf": ("oort-oracle", "ref:mobiperf_3st_50", {}),
+    "felix/mobiperf": ("felix", "ref:mobiperf_3st_50", {}),  # FeLiX's cadence beside OORT*'s rounds (no fact)
 }
 SYNC_CELLS = {"oort-oracle/mobiperf"}  # rounds of ~20 s: fewer of them
 TARGET_S_PER_AGG = 5.0  # the one number the free parameter is fitted on

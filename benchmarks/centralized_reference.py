@@ -20,8 +20,18 @@ Same as the emulator (felix_jax/experiment/build.py and felix_jax/cohort/local.p
 - initial parameters: the runner's model-init seed for the preset's ``seed``.
 
 Batches: each epoch is a fresh permutation of the pooled subset cut into full
-batches (the last partial batch dropped, as the clients' loader does). Test accuracy
+batches (the last partial batch dropped, as the clients' loader does); step i's crop and
+flip use the seed's augmentation key folded with i, whatever ``--eval-every`` is. Test accuracy
 uses the whole test subset (evaluation mode, argmax of the logits).
+
+Reproducible: the same seed gives the same curve in every process on the same jax/XLA
+build and CPU. XLA's CPU code splits sums differently with the number of CPUs the process
+may use and the number of host devices (``--xla_force_host_platform_device_count`` in
+``XLA_FLAGS``), and 375 SGD steps turn those last-bit differences into a few points of
+one-epoch accuracy. Run as a script, it therefore fixes both before jax starts: the first
+``--cpus`` CPUs of its affinity (default 1) and one host device. Called as ``main()`` from
+another program, it leaves that program's process as it is. The JSON records the CPU
+configuration and the jax version it ran with. (On a GPU backend the pin covers the host side only.)
 
     python benchmarks/centralized_reference.py --model cifar_cnn_narrow --steps 6000 --eval-every 250 \\
         [--preset cifar10-fidelity] [--num-train 12000] [--num-test 500] [--json out.json]
@@ -31,11 +41,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import re
 import time
 
 import jax
 import jax.numpy as jnp
+import jaxlib
 import numpy as np
 
 from felix_jax.commands import command_parser, run_script
@@ -58,9 +71,34 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=6000, help="training steps")
     p.add_argument("--eval-every", type=int, default=250, help="a test evaluation every this many steps")
     p.add_argument("--no-augment", action="store_true", help="no crop+flip even if the preset augments")
+    p.add_argument("--augment", action="store_true", help="crop+flip even if the preset does not")
     p.add_argument("--seed", type=int, default=None, help="model-init / batch-order seed (default: the preset's)")
     p.add_argument("--json", default=None, help="write the curve and settings here")
+    p.add_argument("--cpus", type=int, default=1,
+                   help="run as a script, use only the first N CPUs of this process (XLA's CPU code depends on them)")
     return p.parse_args(argv)
+
+
+def fix_cpu_configuration(cpus: int) -> None:
+    """Pins this process to its first ``cpus`` allowed CPUs and one XLA host device (host-only).
+
+    Must run before jax starts its backend (the first jax operation); XLA reads both then.
+    """
+    if cpus < 1:
+        raise SystemExit(f"centralized_reference: --cpus {cpus}: must be at least 1")
+    if hasattr(os, "sched_setaffinity"):
+        allowed = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, allowed[:cpus])
+    flags = re.sub(r"--xla_force_host_platform_device_count=\S*", "", os.environ.get("XLA_FLAGS", ""))
+    os.environ["XLA_FLAGS"] = " ".join(flags.split() + ["--xla_force_host_platform_device_count=1"])
+
+
+def cpu_configuration() -> dict:
+    """What XLA's CPU code depended on in this run: CPUs, host devices, flags, versions."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"cpus": cpus, "host_devices": jax.local_device_count("cpu"), "xla_flags": os.environ.get("XLA_FLAGS", ""),
+            "jax": jax.__version__, "jaxlib": jaxlib.__version__,
+            "processor": platform.processor() or platform.machine()}
 
 
 def main(argv=None) -> dict:
@@ -70,7 +108,9 @@ def main(argv=None) -> dict:
     num_test = args.num_test if args.num_test is not None else sc.num_test
     batch = args.batch_size or sc.batch_size
     lr = args.lr or sc.learning_rate
-    augment = bool(sc.augment) and not args.no_augment
+    if args.augment and args.no_augment:
+        raise SystemExit("centralized_reference: --augment and --no-augment contradict each other")
+    augment = (bool(sc.augment) or args.augment) and not args.no_augment
     seed = sc.seed if args.seed is None else args.seed
 
     ds = load_dataset(sc.dataset)
@@ -148,7 +188,8 @@ def main(argv=None) -> dict:
     while done < args.steps:
         k = min(args.eval_every, args.steps - done)
         idx = batches(k, order)
-        keys = jax.random.split(jax.random.fold_in(aug_key, done), k)
+        # one augmentation key per step, by its index: the curve does not depend on --eval-every
+        keys = jax.vmap(lambda i: jax.random.fold_in(aug_key, i))(jnp.arange(done, done + k))
         params, opt_state, loss = run_chunk(params, opt_state, jnp.asarray(idx), keys)
         done += k
         rows.append({"steps": done, "samples": done * batch, "epochs": done * batch / n, "train_loss": float(loss),
@@ -160,7 +201,7 @@ def main(argv=None) -> dict:
               "num_train": n, "num_test": int(len(ds.test_y)), "batch_size": batch, "learning_rate": lr,
               "augment": augment, "seed": seed, "steps": args.steps, "eval_every": args.eval_every,
               "optimizer": "optax.sgd (no momentum, no weight decay)", "backend": jax.default_backend(),
-              "machine": platform.platform(), "rows": rows}
+              "machine": platform.platform(), "cpu_configuration": cpu_configuration(), "rows": rows}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
@@ -168,4 +209,5 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
+    fix_cpu_configuration(parse_args().cpus)
     run_script("centralized_reference.py", main)

@@ -60,6 +60,50 @@ def test_centralized_reference_trains_and_reports_a_curve(tmp_path):
     assert all(0 <= r["accuracy"] <= 1 for r in result["rows"])
 
 
+def test_centralized_reference_curve_does_not_depend_on_how_often_it_evaluates():
+    cref = load("centralized_reference")
+    # crop+flip on: each step's augmentation key is the one thing a chunk of steps could change
+    args = ["--preset", "quickstart", "--model", "cifar_cnn_narrow", "--augment", "--num-train", "640",
+            "--num-test", "300", "--steps", "20"]
+    every_5, once = cref.main(args + ["--eval-every", "5"]), cref.main(args + ["--eval-every", "20"])
+    assert [r["steps"] for r in every_5["rows"]] == [0, 5, 10, 15, 20] and [r["steps"] for r in once["rows"]] == [0, 20]
+    assert every_5["augment"] and once["augment"]
+    # the same 20 steps: the four 5-step mean losses average to the one 20-step mean loss
+    four = [r["train_loss"] for r in every_5["rows"][1:]]
+    assert sum(four) / 4 == pytest.approx(once["rows"][-1]["train_loss"], rel=1e-5, abs=0)
+    assert every_5["rows"][-1]["accuracy"] == once["rows"][-1]["accuracy"]
+
+
+def test_centralized_reference_gives_one_curve_whatever_cpus_and_host_devices_it_starts_with(tmp_path):
+    """XLA's CPU code depends on the CPUs a process may use and on its host device count; the script
+    fixes both before jax starts, so two processes started differently give the same curve bit for bit."""
+    import os
+    import subprocess
+    import sys
+
+    if not hasattr(os, "sched_setaffinity"):
+        pytest.skip("no CPU affinity on this platform")
+
+    def run(name: str, env: dict, on_last_cpu_only: bool) -> dict:
+        out = tmp_path / f"{name}.json"
+        cmd = [sys.executable, str(BENCHMARKS / "centralized_reference.py"), "--preset", "quickstart", "--model",
+               "cifar_cnn_narrow", "--num-train", "320", "--num-test", "200", "--steps", "10", "--eval-every", "5",
+               "--json", str(out)]
+        pin = (lambda: os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[-1:])) if on_last_cpu_only else None
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, preexec_fn=pin)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return json.loads(out.read_text())
+
+    root = str(BENCHMARKS.parent)
+    base = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    plain = run("plain", {k: v for k, v in base.items() if k != "XLA_FLAGS"}, on_last_cpu_only=False)
+    other = run("other", {**base, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}, on_last_cpu_only=True)
+    curve = [(r["steps"], r["train_loss"], r["accuracy"]) for r in plain["rows"]]
+    assert curve == [(r["steps"], r["train_loss"], r["accuracy"]) for r in other["rows"]]
+    for result in (plain, other):
+        assert result["cpu_configuration"]["cpus"] == 1 and result["cpu_configuration"]["host_devices"] == 1
+
+
 def test_paper_matrix_runs_variant_cells_and_tabulates_them_again(tmp_path):
     args = ["--scenario", "tiny", "--strategies", "felix", "--regimes", "avail100", "--ablations", "",
             "--extra-cell", "oort-async-oracle@oracle_departure=free_slot", "avail50",

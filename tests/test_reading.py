@@ -360,6 +360,60 @@ def test_train_overhead_adds_to_every_training_task():
     assert rec.aggregation_times == [0.0, 12.5, 25.0]
 
 
+def test_task_uniform_depends_on_seed_client_and_task_only():
+    from felix_jax.fleet.reading import task_uniform
+
+    # pinned: a change of the draw would change every run that uses the spread
+    assert task_uniform(0, 0, 0) == pytest.approx(0.6461860284, abs=1e-9)
+    # the first 64-bit word of Philox-4x64 at key (seed, 0x44), counter (client, task, 0, 0), top 53 bits
+    raw = np.random.Philox(key=np.array([7, 0x44], np.uint64), counter=np.array([3, 2, 0, 0], np.uint64)).random_raw()
+    assert task_uniform(7, 3, 2) == (int(raw) >> 11) * 2.0 ** -53
+    assert task_uniform(0, 0, 0) == task_uniform(0, 0, 0)  # no state: the same key, the same draw
+    keys = [(0, 0, 0), (1, 0, 0), (0, 1, 0), (0, 0, 1), (7, 3, 2)]
+    assert len({task_uniform(*k) for k in keys}) == len(keys)
+    draws = np.array([task_uniform(5, c, t) for c in range(20) for t in range(250)])
+    assert draws.min() >= 0.0 and draws.max() < 1.0
+    assert abs(draws.mean() - 0.5) < 0.02 and abs((draws < 0.25).mean() - 0.25) < 0.03  # uniform: 5,000 draws
+
+
+def test_train_overhead_spread_adds_a_draw_per_training_task():
+    from felix_jax.fleet.reading import task_uniform
+
+    # one client, c = 1, K = 1: task t (ids 0, 1, 2) lasts 10 + 0.2 + 0.6 u(seed, 0, t); each aggregation
+    # is one task after the last
+    always = trace_of([(0, T)])
+    reading = Reading(train_overhead_s=0.2, train_overhead_spread_s=0.6)
+    assert reading.train_overhead(3, 0, 1) == pytest.approx(0.2 + 0.6 * task_uniform(3, 0, 1))
+    rec = make_sim(always, [10.0], concurrency=1, max_aggregations=3, seed=3, reading=reading).run()
+    expected = np.cumsum([10.2 + 0.6 * task_uniform(3, 0, t) for t in range(3)])
+    assert rec.aggregation_times[1:] == pytest.approx(list(expected), abs=1e-9)
+    assert all(0.2 <= b - a - 10.0 < 0.8 for a, b in zip(rec.aggregation_times, rec.aggregation_times[1:]))
+    other = make_sim(always, [10.0], concurrency=1, max_aggregations=3, seed=4, reading=reading).run()
+    assert other.aggregation_times != rec.aggregation_times  # another seed, other draws
+    # off (the default, and both bundles): the task is its work alone
+    assert Reading().train_overhead(3, 0, 1) == 0.0 and CODE.train_overhead_spread_s == 0.0
+    plain = make_sim(always, [10.0], concurrency=1, max_aggregations=3, seed=3).run()
+    assert plain.aggregation_times == [0.0, 10.0, 20.0, 30.0]
+
+
+def test_a_sync_round_closes_at_the_kth_reply_of_its_spread_tasks():
+    from felix_jax.fleet.reading import task_uniform
+
+    # sync, K = 2 of 3 picks (overcommit 1.5), every delay 10 s, spread 3 s: round 1's tasks are ids 0-2
+    # on clients 0-2 (all picked: the only three), so it closes at 10 + the 2nd smallest 3 u(0, c, c)
+    three = trace_of([(0, T)], [(0, T)], [(0, T)])
+    reading = Reading(train_overhead_spread_s=3.0)
+    sim = make_sim(three, [10.0] * 3, mode="sync", concurrency=3, goal=2, overcommit=1.5, max_aggregations=1,
+                   reading=reading)
+    picks, dispatch = [], sim._dispatch
+    sim._dispatch = lambda client, kind: (picks.append((sim._next_task_id, client)), dispatch(client, kind))
+    rec = sim.run()
+    assert sorted(c for _, c in picks[:3]) == [0, 1, 2] and [t for t, _ in picks[:3]] == [0, 1, 2]
+    ends = sorted(10.0 + 3.0 * task_uniform(0, c, t) for t, c in picks[:3])
+    assert rec.aggregation_times[1] == pytest.approx(ends[1], abs=1e-9)
+    assert rec.aggregation_times[1] > 10.0  # without the spread every round would close at 10 s
+
+
 def test_a_small_clients_eval_reports_zero_utility_under_the_codes_loader():
     # B6: a client under one batch has no eval batch either: its U stays 0 (the code), while a client
     # with a full batch reports sqrt(N x (previous U + sumsq)) as usual

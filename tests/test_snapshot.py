@@ -98,6 +98,16 @@ def test_killed_and_resumed_run_equals_uninterrupted(strategy, tmp_path):
     assert_same_run(reference(strategy), resumed)
 
 
+@pytest.mark.parametrize("strategy", ["oort", "felix"])  # a sync round; async with eval tasks
+def test_per_task_training_spread_resumes_exactly(strategy, tmp_path):
+    # each training task's draw comes from (seed, client, task id): a resumed run draws what the
+    # uninterrupted one drew
+    sc = scenario(strategy, **{"reading.train_overhead_s": "0.2", "reading.train_overhead_spread_s": "0.6"})
+    uninterrupted = build_simulator(sc).run()
+    assert uninterrupted.aggregation_times != reference(strategy).aggregation_times  # the spread is in effect
+    assert_same_run(uninterrupted, killed_and_resumed(sc, tmp_path / "snapshot"))
+
+
 def test_snapshot_holds_work_in_progress(tmp_path):
     """The FeLiX snapshot above is not a trivial one: tasks in flight, pending and computed, live versions."""
     root = tmp_path / "snapshot"

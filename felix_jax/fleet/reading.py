@@ -124,10 +124,18 @@ class Reading:
     # stopped by a shell loop that reads the aggregator's log and does nothing while it holds fewer than
     # 20 "test accuracy" lines (eurosys26_expts/scripts/*.sh: check_accuracy).
     stop_window_fill: str = "partial"
+    # D1 (contention): the part of that training time that varies from task to task. The code's 300 trainer
+    # processes shared 8 GPUs (TR:289-332: real training, then the delay), so a task's training took longer
+    # or shorter with the load of the moment. Each training task adds a further u x this many seconds, u
+    # uniform in [0, 1), drawn from (seed, client, task id) (:func:`task_uniform`). Not in the bundle: the
+    # paper's runs did not log their training times (the 2026 measurements' 0.2-0.8 s per task, i.e.
+    # train_overhead_s=0.2 with 0.6 here, came from another load, and their distribution is not given).
+    train_overhead_spread_s: float = 0.0
 
     RANGES: ClassVar[Mapping[str, Range]] = {
         name: Range.at_least(0) for name in ("server_per_message_s", "server_per_message_sync_s",
-                                             "server_per_aggregation_s", "train_overhead_s")}
+                                             "server_per_aggregation_s", "train_overhead_s",
+                                             "train_overhead_spread_s")}
 
     def __post_init__(self):
         for name, allowed in _CHOICES.items():
@@ -137,7 +145,7 @@ class Reading:
         if self.semantics not in SEMANTICS:
             raise ValueError(f"semantics={self.semantics!r}: must be one of {', '.join(SEMANTICS)}")
         for name in ("server_per_message_s", "server_per_message_sync_s", "server_per_aggregation_s",
-                     "train_overhead_s"):
+                     "train_overhead_s", "train_overhead_spread_s"):
             v = getattr(self, name)
             if not (v >= 0 and math.isfinite(v)):
                 raise ValueError(f"{name}={v!r}: must be a finite number of seconds >= 0")
@@ -174,6 +182,13 @@ class Reading:
             changes["oracle_departure"] = (None if knowledge is not Knowledge.ORACLE
                                            else "free_slot" if mode == "async" else "keep_slot")
         return dataclasses.replace(self, **changes) if changes else self
+
+    def train_overhead(self, seed: int, client: int, task: int) -> float:
+        """Seconds of real training added to training task ``task`` (its id) of ``client`` (D1):
+        ``train_overhead_s + u x train_overhead_spread_s``, u = :func:`task_uniform` (seed, client, task)."""
+        if not self.train_overhead_spread_s:
+            return self.train_overhead_s
+        return self.train_overhead_s + task_uniform(seed, client, task) * self.train_overhead_spread_s
 
     def per_message_s(self, mode: str) -> float:
         return self.server_per_message_s if mode == "async" else self.server_per_message_sync_s
@@ -213,6 +228,18 @@ class Reading:
         }
 
 
+_TASK_STREAM = 0x44  # the second word of the draw's key: this stream, apart from any other Philox use of the seed
+
+
+def task_uniform(seed: int, client: int, task: int) -> float:
+    """A uniform draw in [0, 1) that depends only on (seed, client, task): Philox-4x64 with key
+    (seed, stream tag) at counter (client, task, 0, 0), its first double. A counter-based draw: no state
+    to carry, so a resumed run draws for each task what the uninterrupted run drew."""
+    bits = np.random.Philox(key=np.array([seed % 2**64, _TASK_STREAM], np.uint64),
+                            counter=np.array([client, task, 0, 0], np.uint64))
+    return float(np.random.Generator(bits).random())
+
+
 # The inline test evaluation's blocking time (C2), fitted on FeLiX syn_0 ~5.0 s per aggregation with the
 # cifar10-longhorizon learner (benchmarks/as_run_calibration.py, BENCHMARKS.md "As-run calibration").
 PAPER_CODE_AGGREGATION_S = 1.92
@@ -239,6 +266,7 @@ SWITCH_SOURCES = {
     "async_exclusion": "A11: AO:722-873, 875-916, 1241-1295, 1307-1327",
     "train_overhead_s": "D1: TR:289-332 (not in the bundle: unmeasured)",
     "stop_window_fill": "S1: eurosys26_expts/scripts/*.sh, check_accuracy (needs 20 accuracy lines)",
+    "train_overhead_spread_s": "D1 contention: TR:289-332, 300 trainers on 8 GPUs (not in the bundle: unmeasured)",
     "selector.t_pref_over / unknown_duration_s": "A4: AO:480-523, 496-505; oort.py (SO):427-467",
     "selector.pacer_rule": "A6: AO:396-418, 602-616, 1301; SO:343-365",
     "selector.clip_bound": "A7: AO:680-694, 714",

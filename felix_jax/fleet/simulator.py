@@ -397,7 +397,7 @@ class FleetSimulator:
         cl = np.array([client])
         if kind == "train":
             work = float(self.profile.train_duration_s(cl, mb, self._task_samples(cl, "train"))[0]
-                         + self.reading.train_overhead_s)
+                         + self.reading.train_overhead(self.seed, client, tid))
             allowed = TRAIN_TIERS
             self.acct.bytes_down_train += mb
             self.acct.dispatched_train += 1
