@@ -18,6 +18,7 @@ def load(name: str):
     return module
 
 
+@pytest.mark.slow  # a whole matrix of runs
 def test_drift_matrix_tabulates_every_variant(tmp_path):
     result = load("drift_matrix").main([
         "--seeds", "0", "--strategies", "fedbuff,felix", "--set", "max_aggregations=6",
@@ -60,6 +61,7 @@ def test_centralized_reference_trains_and_reports_a_curve(tmp_path):
     assert all(0 <= r["accuracy"] <= 1 for r in result["rows"])
 
 
+@pytest.mark.slow  # a whole matrix of runs, twice
 def test_paper_matrix_runs_variant_cells_and_tabulates_them_again(tmp_path):
     args = ["--scenario", "tiny", "--strategies", "felix", "--regimes", "avail100", "--ablations", "",
             "--extra-cell", "oort-async-oracle@oracle_departure=free_slot", "avail50",
