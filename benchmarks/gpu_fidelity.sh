@@ -36,6 +36,11 @@
 #                       and 50%, both readings, seeds 0-2, WORKERS cells at a time, none started after LADDER_S
 #                       seconds (default MATRIX_S); resumable (cells snapshot every 10 minutes). SKIP_LADDER=1
 #                       skips it; LADDER_FIRST=1 runs it before step 1.
+#   7. attribution/   - benchmarks/attribution.py: the as-run measurement one change at a time (cifar10-longhorizon
+#                       on 250 and on all 10,000 test images from the same runs, then cifar10-paperdata), FeLiX,
+#                       OORT+Async* and OORT* on MobiPerf then 50%, seeds 0-4, WORKERS cells at a time, none started
+#                       after ATTRIBUTION_S seconds (default MATRIX_S); resumable. SKIP_ATTRIBUTION=1 skips it;
+#                       ATTRIBUTION_FIRST=1 runs it before step 1.
 #
 # Needs FELIX_JAX_DATA (CIFAR-10, Speech Commands and the reference traces). Settings (environment): OUT, PYTHON,
 # EVAL_S (45), WORKERS (8), CELL_S (75), MATRIX_S (270), SEEDS (0,1), MAX_HOURS (1.0), REGIMES,
@@ -71,6 +76,12 @@ echo "== 6. the learner ladder (tiny, narrow, the paper's CNN at their committed
   --json "$OUT/ladder.json" 2>&1 | grep -v "^\[" | tail -40
 }
 [ "${SKIP_LADDER:-0}" != 1 ] && [ "${LADDER_FIRST:-0}" = 1 ] && ladder_step
+attribution_step() {
+echo "== 7. the attribution: 250 / 10,000 test images, then the paper's data (as run, seeds 0-4)"
+"$PYTHON" benchmarks/attribution.py --workers "$WORKERS" --budget-s "${ATTRIBUTION_S:-$MATRIX_S}" \
+  --out "$OUT/attribution" --json "$OUT/attribution.json" --cells "$OUT/attribution-cells" 2>&1 | grep -v "^\[" | tail -40
+}
+[ "${SKIP_ATTRIBUTION:-0}" != 1 ] && [ "${ATTRIBUTION_FIRST:-0}" = 1 ] && attribution_step
 
 EVAL_PRESET=${EVAL_PRESET:-cifar10-paper}
 EVAL_AVAIL=${EVAL_AVAIL:-mobiperf}
@@ -186,4 +197,5 @@ done
 fi
 [ "${SKIP_SPEECH:-0}" != 1 ] && [ "${SPEECH_FIRST:-0}" != 1 ] && speech_step
 [ "${SKIP_LADDER:-0}" != 1 ] && [ "${LADDER_FIRST:-0}" != 1 ] && ladder_step
+[ "${SKIP_ATTRIBUTION:-0}" != 1 ] && [ "${ATTRIBUTION_FIRST:-0}" != 1 ] && attribution_step
 exit 0

@@ -207,8 +207,22 @@ def draw_figures(rows: list[dict], strategies: list[str], regimes: list[str], ou
     strategies = [st for st in strategies if st in have]
     label = lambda rg: REGIMES.get(rg, rg)  # noqa: E731
     main = [st for st in strategies if st in MAIN_STRATEGIES]  # the accuracy curves: the main matrix only
-    return plot_comparison(rows, main or strategies, regimes, fig_dir) + \
+    return plot_comparison(rows, main or strategies, regimes, fig_dir, paper_ratios=paper_ratios(strategies, regimes)) + \
         plot_paper_figures(rows, strategies, regimes, fig_dir, label=label)
+
+
+def paper_ratios(strategies: list[str], regimes: list[str], dataset: str = "cifar10") -> dict:
+    """(strategy, regime) -> the paper's hours over FeLiX's, where it gives both (marked on
+    speedup_vs_target.png)."""
+    table = paper_hours(dataset)
+    out = {}
+    for st in strategies:
+        for rg in regimes:
+            label = REGIMES.get(rg, rg)
+            hours, ref = table.get(st.partition("@")[0], {}).get(label), table["felix"].get(label)
+            if st != "felix" and isinstance(hours, float) and isinstance(ref, float):
+                out[st, rg] = hours / ref
+    return out
 
 
 def main(argv=None) -> dict:

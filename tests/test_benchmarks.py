@@ -186,3 +186,33 @@ def test_learner_ladder_table_gives_paired_verdicts_per_learner(tmp_path):
     assert cells[8] == "x1.52"  # the paper's 9.4 / 6.2
     assert cells[9] == "-; x2.00 (n=1); -, 2.00 (2/2)"  # OORT* missed seed 0: no ratio of means, FeLiX wins it
     assert cells[11:] == ["100 / 100 / 100", "1.50 / 3", "80.0"]
+
+
+def test_attribution_tabulates_each_step_from_its_compact_cells(tmp_path):
+    """The attribution's table from compact cells by hand: step (a) reads the 250-image counts, (b) the
+    10,000-image counts of the same runs; the paired ratio at the target and the curve follow them."""
+    import numpy as np
+
+    attribution = load("attribution")
+    t = np.arange(0, 4000.0, 100.0)
+
+    def cell(st, sd, slow):  # accuracy rising 0.1 -> 0.5 over `slow` * 2000 s; the 250 set reads 0.02 higher
+        full = np.clip(0.1 + 0.4 * t / (2000.0 * slow), 0, 0.5)
+        np.savez_compressed(attribution.compact_path(tmp_path, "longhorizon", st, "ref:mobiperf_3st_50", sd),
+                            time_s=t, correct_full=np.round(full * 10_000).astype(np.uint16),
+                            correct_250=np.round((full + 0.02) * 250).astype(np.uint16), num_test=10_000, window=1,
+                            summary="{}")
+
+    for sd, s in ((0, 1.5), (1, 1.2)):
+        cell("felix", sd, 1.0)
+        cell("oort-async-oracle", sd, s)
+    curves = attribution.load_curves(tmp_path, [0, 1], ["ref:mobiperf_3st_50"], ["longhorizon"])
+    assert set(k[0] for k in curves) == {"a", "b"} and len(curves) == 8
+    np.testing.assert_allclose(curves["b", "felix", "ref:mobiperf_3st_50", 0][1][:3], [0.1, 0.12, 0.14])
+    table, data = attribution.attribution_table(curves, [0, 1], ["ref:mobiperf_3st_50"])
+    target = data["b/MobiPerf/oort-async-oracle"]["target"]
+    # window 1: each run crosses the target where its own line does, so the ratio is the slow-down
+    np.testing.assert_allclose(data["b/MobiPerf/oort-async-oracle"]["ratios"], [1.5, 1.2], rtol=0.02)
+    assert data["a/MobiPerf/oort-async-oracle"]["target"] == target  # (a) and (b): one preset's target
+    assert "(a) today's long-horizon cell" in table and "(b) + the full" in table and "OORT+Async*" in table
+    assert "oort-oracle" not in data and "x1.66" in table  # no OORT* cell; the paper's ratio shown

@@ -77,7 +77,9 @@ def test_run_figures_are_titled_with_strategy_regime_and_seed_and_participation_
     result = run(sc, out_dir=tmp_path, plot=True)
     assert (tmp_path / "participation.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows = read_event_log(tmp_path / "events.csv")  # round-trips what the run logged, up to its end
-    logged = [r for r in result.record.accounting.events if r[0] <= result.record.end_time_s]
+    held = run(sc).record  # without a folder, the rows are held in memory
+    logged = [r for r in held.accounting.events if r[0] <= held.end_time_s]
+    assert result.record.accounting.events == [] and len(rows) == len(logged)
     assert sorted(rows, key=lambda r: r[0]) == sorted(logged, key=lambda r: r[0])
 
 

@@ -302,7 +302,7 @@ def test_work_lost_overwrite_that_finishes_replaces_every_result(tmp_path):
     assert main(["run", *TINY, "--set", "max_aggregations=3", "--out", str(out), "--overwrite"]) == 0
     again = tmp_path / "fresh"
     assert main(["run", *TINY, "--set", "max_aggregations=3", "--out", str(again)]) == 0
-    for name in ("config.json", "metrics.csv"):
+    for name in ("config.json", "metrics.csv", "events.csv"):  # the staged log swapped in
         assert (out / name).read_bytes() == (again / name).read_bytes()
     assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in again.iterdir())
 

@@ -224,11 +224,14 @@ def test_cli_kill_and_resume_equals_an_uninterrupted_run(tmp_path, monkeypatch, 
     finally:
         signal.signal(signal.SIGINT, previous)
     assert stopped.value.code == 128 + signum
+    ref_events = (tmp_path / "ref" / "events.csv").read_bytes()
+    assert ref_events.startswith((tmp_path / "cut" / "events.csv").read_bytes())  # the rows up to the stop
     summary = json.loads((tmp_path / "cut" / "summary.json").read_text())
     assert summary["stop_reason"] == "interrupted" and summary["aggregations"] == 6
     monkeypatch.setattr(FleetSimulator, "_checkpoint", original)
     assert main(["run", "--resume", str(tmp_path / "cut"), "--quiet"]) == 0
-    assert (tmp_path / "cut" / "metrics.csv").read_bytes() == (tmp_path / "ref" / "metrics.csv").read_bytes()
+    for name in ("metrics.csv", "events.csv"):  # the event log cut back to the snapshot and written on
+        assert (tmp_path / "cut" / name).read_bytes() == (tmp_path / "ref" / name).read_bytes(), name
     done = json.loads((tmp_path / "cut" / "summary.json").read_text())
     assert done["stop_reason"] == "max_aggregations" and done["aggregations"] == 10
     with pytest.raises(SystemExit, match="no --preset, --set"):

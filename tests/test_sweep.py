@@ -49,7 +49,8 @@ def test_a_batch_of_six_equals_the_six_solo_runs_byte_for_byte(solo, tmp_path):
     assert len(plan_batches([SweepJob(sc) for sc in scs], 6)) == 1  # the stream shares the batch
     results = run_sweep([SweepJob(sc, tmp_path / f"e{i}") for i, sc in enumerate(scs)], batch=6, plot=False)
     for i in range(len(scs)):
-        assert (tmp_path / f"e{i}" / "metrics.csv").read_bytes() == (solo / f"e{i}" / "metrics.csv").read_bytes(), i
+        for name in ("metrics.csv", "events.csv"):  # each experiment streams its own log
+            assert (tmp_path / f"e{i}" / name).read_bytes() == (solo / f"e{i}" / name).read_bytes(), (i, name)
         assert _comparable(tmp_path / f"e{i}") == _comparable(solo / f"e{i}"), i
         assert json.loads((solo / f"e{i}" / "config.json").read_text())["scenario"] == \
             json.loads((tmp_path / f"e{i}" / "config.json").read_text())["scenario"]
@@ -96,7 +97,8 @@ def test_a_batch_stopped_by_a_signal_and_resumed_equals_an_uninterrupted_one(sol
                for i, sc in scs.items()]
     run_sweep([j for j in resumed if j.resume], batch=3, plot=False)
     for i in scs:
-        assert (tmp_path / f"e{i}" / "metrics.csv").read_bytes() == (solo / f"e{i}" / "metrics.csv").read_bytes(), i
+        for name in ("metrics.csv", "events.csv"):  # each experiment streams its own log
+            assert (tmp_path / f"e{i}" / name).read_bytes() == (solo / f"e{i}" / name).read_bytes(), (i, name)
         assert _comparable(tmp_path / f"e{i}") == _comparable(solo / f"e{i}"), i
 
 

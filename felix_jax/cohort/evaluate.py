@@ -85,6 +85,49 @@ def evaluate_many(model: Model, versions: list[Params], test: HeldOutSet, chunk:
     return [HeldOutMetrics(float(c) / n, float(s) / n) for c, s in results]
 
 
+def _eval_hits_impl(model: Model, params: Params, test: HeldOutSet, chunk: int):
+    """:func:`_eval_chunks_impl`'s count and loss, plus every test sample's correctness (bool (n,))."""
+    n = test.y.shape[0]
+    num_chunks = -(-n // chunk)
+    idx = jnp.arange(num_chunks * chunk).reshape(num_chunks, chunk)
+
+    def body(carry, rows):
+        correct, loss_sum = carry
+        valid = rows < n
+        rows = jnp.minimum(rows, n - 1)
+        y = test.y[rows]
+        losses, logits = model.loss(params, test.inputs(rows), y)
+        hit = (logits.argmax(-1) == y) & valid
+        carry = (correct + hit.sum(dtype=correct.dtype),
+                 loss_sum + jnp.where(valid, losses, 0.0).sum().astype(loss_sum.dtype))
+        return carry, hit
+
+    (correct, loss_sum), hits = jax.lax.scan(body, (jnp.zeros((), jnp.int32), jnp.zeros((), jnp.float32)), idx)
+    return correct, loss_sum, hits.reshape(-1)[:n]
+
+
+@partial(jax.jit, static_argnums=(0, 3))
+def _eval_hits_versions(model: Model, versions: tuple, test: HeldOutSet, chunk: int):
+    return [_eval_hits_impl(model, p, test, chunk) for p in versions]
+
+
+def evaluate_hits(model: Model, versions: list[Params], test: HeldOutSet, chunk: int = 1000,
+                  pad_to: int | None = None) -> list[tuple[HeldOutMetrics, np.ndarray]]:
+    """:func:`evaluate_many` that also returns which test samples each version classifies right, as
+    ``np.packbits`` of the (n,) correctness (ceil(n / 8) uint8 bytes a version). The accuracy is the
+    count of those bits over n, the same number :func:`evaluate` gives: the accuracy on any subset of
+    the test set can then be read from the bits (:mod:`felix_jax.experiment.test_hits`)."""
+    n = int(test.y.shape[0])
+    if n == 0:
+        raise ValueError("empty test set")
+    if not versions:
+        return []
+    size = max(len(versions), pad_to or 0)
+    padded = tuple(versions) + (versions[-1],) * (size - len(versions))
+    results = jax.device_get(_eval_hits_versions(model, padded, test, min(chunk, n)))[:len(versions)]
+    return [(HeldOutMetrics(float(c) / n, float(s) / n), np.packbits(np.asarray(h, bool))) for c, s, h in results]
+
+
 @partial(jax.jit, static_argnums=(0, 3, 4))
 def _eval_by_class(model: Model, params: Params, test: HeldOutSet, chunk: int, num_classes: int):
     def add(carry, y, losses, hit, valid):

@@ -55,22 +55,16 @@ class ArrayDataset:
         return tuple(self.train_x.shape[1:])
 
     def subset(self, num_train: int | None = None, num_test: int | None = None, seed: int = 0) -> "ArrayDataset":
-        """A seeded uniform random sample of ``num_train`` / ``num_test`` rows (``None``: all).
+        """A seeded uniform random sample of ``num_train`` / ``num_test`` rows (``None``: all):
+        the rows :func:`subset_rows` names.
 
         Random, not the first rows: stored data sets are often ordered by class
         (the shared CIFAR-10 copy is), and a prefix would hold a single class.
         """
-        rng = np.random.default_rng(seed)
-
-        def pick(n: int | None, total: int) -> np.ndarray | slice:
-            if n is None or n >= total:
-                return slice(None)
-            if n < 1:
+        for n in (num_train, num_test):
+            if n is not None and n < 1:
                 raise ValueError(f"{self.name}: cannot take {n} rows")
-            return np.sort(rng.choice(total, n, replace=False))
-
-        tr = pick(num_train, self.train_x.shape[0])
-        te = pick(num_test, self.test_x.shape[0])
+        tr, te = subset_rows(num_train, num_test, self.train_x.shape[0], self.test_x.shape[0], seed)
         return dataclasses.replace(
             self,
             train_x=self.train_x[tr],
@@ -79,3 +73,19 @@ class ArrayDataset:
             test_y=self.test_y[te],
             train_keys=None if self.train_keys is None else self.train_keys[tr],
         )
+
+
+def subset_rows(num_train: int | None, num_test: int | None, train_total: int, test_total: int,
+                seed: int = 0) -> tuple[np.ndarray | slice, np.ndarray | slice]:
+    """The training and test rows :meth:`ArrayDataset.subset` keeps: sorted uniform samples without
+    replacement from one seeded stream, the training rows drawn first (so the test rows of
+    ``num_test=k`` depend on ``num_train`` too); ``slice(None)`` where all are kept."""
+    rng = np.random.default_rng(seed)
+
+    def pick(n: int | None, total: int) -> np.ndarray | slice:
+        if n is None or n >= total:
+            return slice(None)
+        return np.sort(rng.choice(total, n, replace=False))
+
+    return pick(num_train, train_total), pick(num_test, test_total)
+

@@ -1,8 +1,10 @@
 """A run's per-event log (``events.csv``) and the participation it shows (docs/results.md).
 
-The simulator appends one row per event to ``Accounting.events`` (host side, a tuple each):
-who did what when, so per-client participation, fairness and timelines can be taken apart
-after the run. Rows (:data:`EVENT_COLUMNS`):
+The simulator logs one row per event (host side, a tuple each): who did what when, so
+per-client participation, fairness and timelines can be taken apart after the run. A run
+with a results folder streams its rows to ``events.csv`` as it goes, in bounded chunks
+(:mod:`felix_jax.fleet.event_stream`); one without holds them in ``Accounting.events``.
+Rows (:data:`EVENT_COLUMNS`):
 
 * ``dispatch``: the server sent a task (``version``: the model it carries);
 * ``start``: the task started running, when it had to wait for its client's tier first;
@@ -20,11 +22,13 @@ from __future__ import annotations
 
 import csv
 import math
+from array import array
 from pathlib import Path
 
 import numpy as np
 
-EVENT_COLUMNS = ("time_s", "event", "client", "kind", "version", "staleness", "weight", "tier")
+from ..fleet.event_stream import EVENT_COLUMNS
+
 EVENTS_FILE = "events.csv"
 
 
@@ -44,10 +48,30 @@ def write_event_log(path: str | Path, events: list, end_time_s: float) -> Path:
     return path
 
 
-def updates_per_client(events: list, num_clients: int) -> np.ndarray:
-    """(N,) int64: updates each client contributed to aggregations (``aggregated`` rows)."""
-    clients = [row[2] for row in events if row[1] == "aggregated"]
-    return np.bincount(np.asarray(clients, np.int64), minlength=num_clients)[:num_clients]
+def aggregated_updates(events) -> tuple[np.ndarray, np.ndarray]:
+    """The ``aggregated`` rows of a log (a list of rows, or the path of an ``events.csv``, read
+    line by line): their times (float64, seconds) and clients (int64), 16 bytes an update."""
+    if not isinstance(events, (str, Path)):
+        rows = [(r[0], r[2]) for r in events if r[1] == "aggregated"]
+        return np.array([t for t, _ in rows], np.float64), np.array([c for _, c in rows], np.int64)
+    times, clients = array("d"), array("q")
+    with open(events, newline="") as f:
+        for line in f:
+            if ",aggregated," in line:  # time_s,event,client,...: no other field holds that word
+                t, _, c, _ = line.split(",", 3)
+                times.append(float(t))
+                clients.append(int(c))
+    return np.frombuffer(times, np.float64), np.frombuffer(clients, np.int64)
+
+
+def updates_per_client(events, num_clients: int) -> np.ndarray:
+    """(N,) int64: updates each client contributed to aggregations (``aggregated`` rows of a list of
+    rows or of an ``events.csv``)."""
+    return _counts(aggregated_updates(events)[1], num_clients)
+
+
+def _counts(clients: np.ndarray, num_clients: int) -> np.ndarray:
+    return np.bincount(clients, minlength=num_clients)[:num_clients]
 
 
 def gini(counts) -> float | None:
@@ -77,9 +101,13 @@ def top_share(counts, fraction: float = 0.1) -> float | None:
     return float(x[:math.ceil(fraction * x.size)].sum() / x.sum())
 
 
-def participation(events: list, num_clients: int) -> dict:
-    """``summary.json``'s participation fields, over the updates that entered aggregations."""
-    counts = updates_per_client(events, num_clients)
+def participation(events, num_clients: int) -> dict:
+    """``summary.json``'s participation fields, over the updates that entered aggregations (of a list
+    of rows or of an ``events.csv``)."""
+    return _participation(updates_per_client(events, num_clients))
+
+
+def _participation(counts: np.ndarray) -> dict:
     return {"clients_trained": int(np.count_nonzero(counts)), "participation_gini": gini(counts),
             "participation_jain": jain(counts), "participation_top10_share": top_share(counts, 0.1)}
 
@@ -98,12 +126,13 @@ def read_event_log(path: str | Path) -> list:
     return rows
 
 
-def plot_participation(events: list, num_clients: int, path: str | Path, title: str = "") -> Path:
+def plot_participation(events, num_clients: int, path: str | Path, title: str = "") -> Path:
     """``participation.png``: updates per client, most first, with the fairness indices (left), and
     when each client's updates entered an aggregation (right: a client raster over virtual hours);
     drawn by :func:`~felix_jax.experiment.figures.run.participation_figure`."""
     from .figures.run import participation_figure
 
-    aggregated = [(r[0] / 3600, r[2]) for r in events if r[1] == "aggregated"]
-    return participation_figure(updates_per_client(events, num_clients), participation(events, num_clients),
-                                aggregated, path, title)
+    times, clients = aggregated_updates(events)
+    counts = _counts(clients, num_clients)
+    return participation_figure(counts, _participation(counts), list(zip((times / 3600).tolist(), clients.tolist())),
+                                path, title)

@@ -45,6 +45,10 @@ FIGURE_CAPTIONS = {
     "time_to_target.png": "Virtual hours to the target seed by seed (filled: reached; open: the run's end), the "
                           "geometric mean with its 95% t interval, and below each strategy's paired verdict against "
                           "the reference.",
+    "speedup_vs_target.png": "Each baseline's hours over the reference's, paired by seed, at every target accuracy "
+                             "from the first level above the untrained model's to the highest the reference "
+                             "reached (the paper's rule on each run's curve): geometric mean, 95% t band, hollow "
+                             "where not every seed of both reached the level; speedup_vs_target.csv has the numbers.",
 }
 
 

@@ -36,7 +36,8 @@ def stop_rule(sc: Scenario) -> StopRule:
     """When the run ends (config.json's ``stop``)."""
     return StopRule(target_accuracy=sc.target_accuracy, max_virtual_s=sc.max_virtual_hours * 3600,
                     max_aggregations=sc.max_aggregations, eval_every=sc.eval_every,
-                    eval_batch=sc.eval_batch, stop_at_target=sc.stop_at_target)
+                    eval_batch=sc.eval_batch, stop_at_target=sc.stop_at_target,
+                    keep_hits=sc.test_hits)
 
 
 # config.json's top-level sections: the scenario, what it resolves to (checked on a rerun), and facts

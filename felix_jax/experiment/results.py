@@ -1,8 +1,9 @@
-"""A run's results folder: config.json, metrics.csv, summary.json, distributions.json, accuracy.png.
+"""A run's results folder: config.json, metrics.csv, events.csv, summary.json, distributions.json, accuracy.png.
 
 Nothing is held back until the end: ``config.json`` is written when the run
 starts, ``metrics.csv`` gains one flushed row per test checkpoint
-(:class:`MetricsStream`), and the rest is written when the run stops (also when
+(:class:`MetricsStream`), ``events.csv`` a chunk of rows at a time
+(:mod:`felix_jax.fleet.event_stream`), and the rest is written when the run stops (also when
 it is interrupted). The folder is checked before any training
 (:func:`prepare_out_dir`); a run that replaces earlier results writes them aside and swaps
 them in only once it has finished (:func:`staged_results`).
@@ -27,12 +28,13 @@ import numpy as np
 
 from ..fleet.simulator import Checkpoint, RunRecord
 from .event_log import EVENT_COLUMNS, EVENTS_FILE, participation, plot_participation, write_event_log
+from .test_hits import TEST_HITS_FILE, write_test_hits
 from ..traces.data_paths import DataFileError, reading
 
 METRIC_COLUMNS = ["time_s", "hours", "version", "accuracy", "loss", "bytes_total", "staleness_mean", "interval_s"]
 # what a run writes into its folder (a replacing run replaces these and its snapshot, nothing else)
 RESULT_FILES = ("config.json", "metrics.csv", "summary.json", "distributions.json", "accuracy.png", EVENTS_FILE,
-                "participation.png", "tensorboard")  # tensorboard/: --log-to tensorboard (experiment/writers/)
+                "participation.png", "tensorboard", TEST_HITS_FILE)  # tensorboard/: --log-to tensorboard (experiment/writers/)
 SNAPSHOT_DIR = "snapshot"  # a run's snapshots (felix_jax.fleet.snapshot), for --resume
 
 
@@ -410,8 +412,13 @@ def summarize(record: RunRecord, seed: int, batches: dict) -> dict:
     out.update(record.accounting.summary())
     out["evals_per_aggregation"] = (record.accounting.dispatched_eval / out["aggregations"]
                                     if out["aggregations"] else None)
-    out.update(participation(record.accounting.events, record.num_clients))
+    out.update(participation(_event_rows(record), record.num_clients))
     return out
+
+
+def _event_rows(record: RunRecord):
+    """The run's event log: the ``events.csv`` it streamed, or the rows it held."""
+    return record.accounting.events if record.events_path is None else record.events_path
 
 
 def live_metrics(checkpoints, shift_times_s: list[float], target: float | None) -> dict:
@@ -447,11 +454,14 @@ def write_results(out_dir: str | Path, config: dict, record: RunRecord, summary:
     (out / "distributions.json").write_text(json.dumps({
         "staleness": a.staleness, "agg_weights": a.agg_weights, "utility_age": a.utility_age,
         "aggregation_times_s": record.aggregation_times}))
-    write_event_log(out / EVENTS_FILE, a.events, record.end_time_s)
+    if record.events_path is None or Path(record.events_path).resolve() != (out / EVENTS_FILE).resolve():
+        write_event_log(out / EVENTS_FILE, a.events, record.end_time_s)  # (a streamed log is already there)
+    if record.test_hits is not None:
+        write_test_hits(out / TEST_HITS_FILE, record.test_hits, record.num_test, record.checkpoints)
     if plot:
         plot_accuracy(record, out / "accuracy.png", title=run_title(config),
                       target=config.get("scenario", {}).get("target_accuracy"))
-        plot_participation(a.events, record.num_clients, out / "participation.png", run_title(config))
+        plot_participation(_event_rows(record), record.num_clients, out / "participation.png", run_title(config))
     return out
 
 

@@ -23,6 +23,7 @@ from .build import (CLIENT_OVERHEAD_BYTES, build_simulator, paper_client_sizes, 
 from .progress import RunProgress, StopProgress  # noqa: F401
 from .resolution import (RECORD_SECTIONS, RESOLVED_SECTIONS, check_fleet, check_recorded_config,  # noqa: F401
                          fleet_config, resolved_sections, stop_rule)
+from .event_log import EVENTS_FILE
 from .results import (SNAPSHOT_DIR, MetricsStream, folder_lock, live_metrics, prepare_out_dir, staged_results,
                       summarize, write_config, write_results)
 from .scenario import Scenario
@@ -107,7 +108,7 @@ def _run(sc, out_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_
                                writers=writers, final_out=out)
         except PluginError as e:
             if not resume and e.stopped_after is None and e.no_snapshot is None:  # failed before its first event
-                for name in ("config.json", "metrics.csv"):  # nothing to keep: the folder is left as it was
+                for name in ("config.json", "metrics.csv", EVENTS_FILE):  # nothing to keep: the folder is left as it was
                     (write_dir / name).unlink(missing_ok=True)
             raise
     if result.plugin_error is not None:  # its results so far are in place (as an interrupted run's): say why
@@ -143,6 +144,8 @@ def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every
             config["snapshot"] = {"every_aggregations": snapshot_every, "every_minutes": snapshot_minutes}
             if out is not None:
                 write_config(out, config)
+                # rows go to events.csv as the run goes (a resumed run's file is cut back to its snapshot)
+                sim.stream_events(out / EVENTS_FILE)
                 stream = MetricsStream(out / "metrics.csv")
                 for cp in sim.checkpoints:  # rows up to the snapshot; a killed run may have written more
                     stream(cp)
@@ -172,8 +175,9 @@ def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every
                 if timer is not None:
                     timer.cancel()
                 settled, seen = sim.settled_events, sim.checkpoints
-                del sim  # its memory, before the replay takes as much
-                sim, record = replay_to_last_event(sc, settled, seen, snap_dir, failure)
+                sim.event_stream.close()  # the replay cuts events.csv back and writes it on
+                sim = None  # its memory, before the replay takes as much
+                sim, record = replay_to_last_event(sc, settled, seen, snap_dir, failure, out / EVENTS_FILE)
             if out is not None and record.stop_reason in ("interrupted", "wall_budget", PLUGIN_ERROR):
                 stop_snapshot = save_snapshot(sim, snap_dir)  # between events: --resume continues from here
         except BaseException:
@@ -186,6 +190,8 @@ def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every
             bar.close()
             if stream is not None:
                 stream.close()
+            if sim is not None and sim.event_stream is not None:
+                sim.event_stream.close()
     summary = summarize(record, sc.seed, sim.engine.batch_summary())
     summary["flush_tasks_mean"] = float(np.mean(sim.executor.flush_sizes)) if sim.executor.flush_sizes else 0.0
     if batch is not None:  # shared calls: the batch's statistics; compilations are the process's, not this run's

@@ -103,6 +103,9 @@ class Scenario:
     # False: a run goes on after reaching the target (time-to-target is still the first time it is
     # reached): for drifting streams, where accuracy falls and recovers after each shift
     stop_at_target: bool = True
+    # keep which test samples every checkpoint classifies right (the run's test_hits.npz, packed bits): the
+    # accuracy on any subset of the test set (e.g. its first 250) can then be read from the same run
+    test_hits: bool = False
     # client data streams (felix_jax/data/streams.py: arrivals, drift, delayed labels); {}: static data
     stream: dict = dataclasses.field(default_factory=dict)
     seed: int = 0
@@ -129,7 +132,10 @@ class Scenario:
         if self.model not in MODELS:
             raise OptionError(f"model={self.model!r}: unknown model{known_names(self.model, MODELS, 'models')}")
         self.resolve_update_guard()
-        self.resolve_stream()
+        if self.resolve_stream().live_eval and self.stream and self.test_hits:
+            raise OptionError("test_hits=true keeps the fixed test set's per-sample correctness, but this stream "
+                              "weights the test to the live class mix: set stream.live_eval=false, or leave "
+                              "test_hits off")
         self.resolve_reading()
         self._check_names()
         from .resolution import check_fleet
@@ -317,6 +323,8 @@ FIELD_HELP: dict[str, str] = {
     "eval_every": "evaluate the test set every n aggregations",
     "eval_batch": "test checkpoints evaluated per device call (same results at any value)",
     "stop_at_target": "stop when the target is reached (false: go on, e.g. for drifting streams)",
+    "test_hits": "keep every checkpoint's per-sample test correctness (test_hits.npz): any subset's accuracy "
+                 "can be read from the run",
     "stream": "client data streams: arrivals, drift, delayed labels (stream.KEY=V; {}: static data)",
     "seed": "seed of the partition, trace, profile, model init and every draw",
     "plan": "cohort execution plan: vmap, map or chunked:N (none: chosen per backend)",

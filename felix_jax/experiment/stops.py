@@ -71,7 +71,7 @@ class StopOnSignals:
 
 
 def replay_to_last_event(sc: Scenario, settled: int | None, seen: list[Checkpoint], snap_dir: Path,
-                          failure: PluginError) -> tuple[FleetSimulator, RunRecord]:
+                          failure: PluginError, events_path: Path | None = None) -> tuple[FleetSimulator, RunRecord]:
     """The run that ``failure`` stopped, as it stood after its last whole event: a plugin raises in
     the middle of an event, where half of the event's work is done, so a fresh simulator replays the
     run to that point, from the newest snapshot before it (or from the start), and stops there with
@@ -79,13 +79,16 @@ def replay_to_last_event(sc: Scenario, settled: int | None, seen: list[Checkpoin
     meet the failed run's checkpoints (a plugin that keeps state of its own outside its init/select
     state may not replay the same): else ``failure`` is raised, saying why no stop snapshot was written
     (and as it is when the run failed before its first event). ``settled``: the failed simulator's
-    :attr:`~FleetSimulator.settled_events`; ``seen``: its checkpoints."""
+    :attr:`~FleetSimulator.settled_events`; ``seen``: its checkpoints; ``events_path``: the ``events.csv``
+    the failed run streamed to, which the replay cuts back to its start and writes on."""
     if settled is None:  # nothing done yet: as if the run had failed while it was built
         raise failure
     sim = build_simulator(sc)
     start = _snapshot_before(snap_dir, settled)
     if start is not None:
         sim.restore(start)
+    if events_path is not None:
+        sim.stream_events(events_path)
     sim.request_stop(PLUGIN_ERROR, at_events=settled)
     try:
         record = sim.run()

@@ -174,9 +174,41 @@ def write_tables(rows: list[dict], strategies: list[str], regimes: list[str], ou
 
     reference = default_reference(strategies) if reference is None else reference
     table = comparison_table(rows, strategies, regimes, reference)
-    table = "\n".join([table, *identical_variant_warnings(rows, strategies, regimes)])  # an option that did nothing
     out = Path(out)
+    table = "\n".join([table, *power_lines(rows, strategies, regimes, reference), *curve_lines(
+        rows, strategies, regimes, reference, out), *identical_variant_warnings(rows, strategies, regimes)])
     (out / "table.txt").write_text(table + "\n")
     write_pooled_csv(rows, strategies, regimes, out, reference)
     return table
 
+
+
+def power_lines(rows: list[dict], strategies: list[str], regimes: list[str], reference: str) -> list[str]:
+    """table.txt's power lines: per regime and baseline with 2 or more per-seed ratios to the reference,
+    the spread of their logs and about how many seeds a 95% interval within +-10% needs
+    (:func:`~felix_jax.experiment.curve.power_line`)."""
+    from .curve import power_line
+
+    lines = []
+    for p in pool_cells(rows, strategies, regimes, reference):
+        vs = p["versus_reference"]
+        line = None if vs is None else power_line([x for _, x in vs["ratios"]])
+        if line:
+            lines.append(f"power, {regime_label(p['availability'])} {p['strategy']}: {line}")
+    return lines
+
+
+def curve_lines(rows: list[dict], strategies: list[str], regimes: list[str], reference: str, out: Path) -> list[str]:
+    """Writes ``speedup_vs_target.csv`` (:func:`~felix_jax.experiment.curve.speedup_along_curve`; removed
+    when there is no level to read) and returns table.txt's lines for it."""
+    from .curve import CURVE_FILE, curve_table_lines, speedup_along_curve, write_curve_csv
+
+    (Path(out) / CURVE_FILE).unlink(missing_ok=True)
+    curve = speedup_along_curve(rows, strategies, regimes, reference)
+    if not curve:
+        return []
+    write_curve_csv(curve, out)
+    return [f"speed-up along the learning curve (hours / {reference}'s, paired by seed, at every level of 0.01 "
+            f"from the first above the untrained model's to the highest {reference} reached, by the same rule; "
+            f"{CURVE_FILE}): the lowest and highest level every seed of both reached",
+            *curve_table_lines(curve, regimes, strategies, regime_label)]

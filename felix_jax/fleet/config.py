@@ -86,6 +86,9 @@ class StopRule:
     # past it, host seconds and events, is not rolled back).
     eval_batch: int = 1
     stop_at_target: bool = True  # False: record the first time the target is reached and go on
+    # keep every checkpoint's per-test-sample correctness (packed bits), so that the accuracy on any subset
+    # of the test set can be read from the same run (the run's test_hits.npz)
+    keep_hits: bool = False
 
     def __post_init__(self):
         if self.eval_every < 1 or self.eval_batch < 1:

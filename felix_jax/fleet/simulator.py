@@ -17,7 +17,7 @@ from typing import Any, Callable
 import jax.numpy as jnp
 import numpy as np
 
-from ..cohort import CohortEngine, VersionStore, evaluate, evaluate_many, evaluate_weighted
+from ..cohort import CohortEngine, VersionStore, evaluate, evaluate_hits, evaluate_many, evaluate_weighted
 from ..data.federated import HeldOutSet
 from ..models.base import Model, Params
 from ..policies.aggregators.base import Aggregator, BufferInfo
@@ -29,6 +29,7 @@ from ..traces.on_demand import CyclicTrace
 from .accounting import Accounting
 from .clientmap import ClientMap
 from .config import FleetConfig, StopRule
+from .event_stream import EventStream
 from .events import EventKind, EventQueue
 from .executor import EvalOutcome, LazyExecutor
 from .knowledge import Knowledge, ViewTracker
@@ -62,6 +63,7 @@ class _PendingCheckpoint:
     interval_s: float
     accounting: dict  # Accounting.mark()
     num_aggregation_times: int
+    events: tuple | None = None  # EventStream.mark() (None: the log is held in Accounting.events)
 
 
 @dataclasses.dataclass
@@ -77,6 +79,10 @@ class RunRecord:
     params: Params
     test_eval_calls: int = 0  # device calls that evaluated test checkpoints (the whole run, across resumes)
     num_clients: int = 0  # the population (participation statistics count clients that never took part)
+    events_path: Any = None  # the events.csv the run streamed its log to (None: in accounting.events)
+    # StopRule.keep_hits: np.packbits of each checkpoint's per-test-sample correctness, in checkpoint order
+    test_hits: list | None = None
+    num_test: int = 0  # test samples each checkpoint evaluated
 
 
 def _finite_utility(u) -> float:
@@ -137,6 +143,9 @@ class FleetSimulator:
         self.rng = np.random.default_rng(np.random.SeedSequence([seed, 1]))
         self.queue = EventQueue()
         self.acct = Accounting()
+        # the event log streamed to a file (stream_events); None: its rows are held in acct.events
+        self.event_stream: EventStream | None = None
+        self._restored_event_log: dict | None = None  # a snapshot's streamed log, until stream_events
         self.params = init_params
         self.server_opt = make_server_optimizer(config.server_optimizer, aggregator.server_lr)
         self.server_opt_state = self.server_opt.init(init_params)
@@ -159,6 +168,8 @@ class FleetSimulator:
         self.checkpoints: list[Checkpoint] = []
         self.aggregation_times: list[float] = [0.0]
         self._accuracies: list[float] = []
+        # stop.keep_hits: np.packbits of every checkpoint's per-test-sample correctness, one per checkpoint
+        self.test_hits: list[np.ndarray] = []
         self._pending: list[_PendingCheckpoint] = []  # checkpoints not evaluated yet (eval_batch > 1)
         # Accounting.mark() at the checkpoint being reported to on_checkpoint (metric writers read the bytes
         # by kind and the updates aggregated since the previous one from it)
@@ -220,6 +231,9 @@ class FleetSimulator:
         """Runs to a stop; after :meth:`restore`, continues the restored run from its snapshot."""
         t_host = time.perf_counter()
         self._snapshot_clock = t_host
+        if self._restored_event_log is not None and self.event_stream is None:
+            raise RuntimeError("this run's snapshot streamed its event log to events.csv: call "
+                               "stream_events(path) with that file before run()")
         if not self._started:
             self._started = True
             self._checkpoint()  # accuracy of the initial model at t=0
@@ -253,9 +267,27 @@ class FleetSimulator:
                 self._maybe_snapshot()
         self._resolve_checkpoints()  # may roll the record back to a target found late
         self._count_notifications()
+        if self.event_stream is not None:
+            self.event_stream.flush(self.now)  # the rows up to the run's end; later ones stay held
         return RunRecord(self.checkpoints, self.aggregation_times, self.acct, self._stop_reason,
                          self._time_to_target, self.now, time.perf_counter() - t_host, self._events, self.params,
-                         self._test_eval_calls, self.view.num_clients)
+                         self._test_eval_calls, self.view.num_clients,
+                         None if self.event_stream is None else self.event_stream.path,
+                         self.test_hits if self.stop.keep_hits else None, int(self.test.y.shape[0]))
+
+    def stream_events(self, path, chunk_rows: int | None = None) -> EventStream:
+        """From now on the event log goes to ``path`` (``events.csv``) as the run goes, in chunks of
+        ``chunk_rows`` rows (:mod:`.event_stream`), instead of ``acct.events``. Call it before
+        :meth:`run`, after :meth:`restore` when resuming: the file is then cut back to the
+        snapshot's length (rows a snapshot held in memory are written first)."""
+        if self.event_stream is not None:
+            raise RuntimeError("the event log is already streamed to " + str(self.event_stream.path))
+        kwargs = {} if chunk_rows is None else {"chunk_rows": chunk_rows}
+        self.event_stream = EventStream(path, state=self._restored_event_log, earlier_rows=self.acct.events,
+                                        now=self.now, **kwargs)
+        self.acct.events = []
+        self._restored_event_log = None
+        return self.event_stream
 
     def restore(self, path) -> None:
         """Loads a snapshot (a snapshot root or one snapshot folder) into this freshly built simulator.
@@ -266,6 +298,8 @@ class FleetSimulator:
         """
         if self._started:
             raise RuntimeError("restore() needs a freshly built simulator; this one has already run")
+        if self.event_stream is not None:
+            raise RuntimeError("restore() comes before stream_events(): the snapshot says where the log resumes")
         load_snapshot(self, path)
         self._in_flight_n = None  # recounted from the restored tasks
         self._started = True
@@ -425,10 +459,15 @@ class FleetSimulator:
 
     def _log(self, t: float, event: str, client: int, kind: str, version: int, staleness: int = -1,
              weight: float | None = None) -> None:
-        """One row of the event log (``Accounting.events``): the client's true tier at ``t`` with it."""
+        """One row of the event log (the streamed ``events.csv``, or ``Accounting.events``): the
+        client's true tier at ``t`` with it."""
         tier = int(self.client_trace.state_of(t, client)) if client >= 0 else -1
-        self.acct.events.append((float(t), event, int(client), kind, int(version), int(staleness),
-                                 None if weight is None else float(weight), tier))
+        row = (float(t), event, int(client), kind, int(version), int(staleness),
+               None if weight is None else float(weight), tier)
+        if self.event_stream is None:
+            self.acct.events.append(row)
+        else:
+            self.event_stream.append(row, self.now)
 
     def schedule_wake(self) -> None:
         """Under oracle/TierTrack, retry selection when the next client changes tier."""
@@ -667,7 +706,8 @@ class FleetSimulator:
         stale = self.acct.staleness[-self.cfg.aggregation_goal:] if self.acct.staleness else [0]
         self._pending.append(_PendingCheckpoint(self.params, self.version, self.now, self.acct.bytes_total,
                                                 float(np.mean(stale)), interval, self.acct.mark(),
-                                                len(self.aggregation_times)))
+                                                len(self.aggregation_times),
+                                                None if self.event_stream is None else self.event_stream.mark(self.now)))
         if len(self._pending) >= self.stop.eval_batch:
             self._resolve_checkpoints()
 
@@ -678,7 +718,13 @@ class FleetSimulator:
         pending, self._pending = self._pending, []
         if not pending:
             return
-        if self.test_evaluator is not None:  # a sweep batch evaluates every experiment's checkpoints together
+        hits = [None] * len(pending)
+        if self.stop.keep_hits:  # the fixed test set (no live mix: refused with test_hits), bits kept
+            out = evaluate_hits(self.model, [p.params for p in pending], self.test,
+                                pad_to=self.stop.eval_batch if self.stop.eval_batch > 1 else None)
+            metrics, hits = [m for m, _ in out], [h for _, h in out]
+            self._test_eval_calls += 1
+        elif self.test_evaluator is not None:  # a sweep batch evaluates every experiment's checkpoints together
             mixes = None if self.live_mix is None else [self.live_mix(p.time_s) for p in pending]
             metrics = self.test_evaluator(self.model, self.test, [p.params for p in pending], mixes)
             # counted as this run alone would call (the batch's shared calls are in summary["batch"])
@@ -692,9 +738,11 @@ class FleetSimulator:
         else:
             metrics = evaluate_many(self.model, [p.params for p in pending], self.test, pad_to=self.stop.eval_batch)
             self._test_eval_calls += 1
-        for p, m in zip(pending, metrics):
+        for p, m, h in zip(pending, metrics, hits):
             cp = Checkpoint(p.time_s, p.version, m.accuracy, m.loss, p.bytes_total, p.staleness_mean, p.interval_s)
             self.checkpoints.append(cp)
+            if h is not None:
+                self.test_hits.append(h)
             self._accuracies.append(m.accuracy)
             self.checkpoint_accounting = p.accounting
             if self.on_checkpoint:
@@ -707,6 +755,8 @@ class FleetSimulator:
                 self.now, self.version, self.params = p.time_s, p.version, p.params
                 del self.aggregation_times[p.num_aggregation_times:]
                 self.acct.rollback(p.accounting)
+                if p.events is not None:
+                    self.event_stream.rollback(p.events)
                 return
 
     def _count_notifications(self) -> None:

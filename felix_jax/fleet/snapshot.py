@@ -53,7 +53,8 @@ import numpy as np
 if TYPE_CHECKING:
     from .simulator import FleetSimulator
 
-FORMAT = 2  # 2: a serial server's queue (fleet/reading.py)
+FORMAT = 3  # 2: a serial server's queue (fleet/reading.py); 3: the event log streamed to events.csv
+READS = (2, 3)  # a format-2 snapshot holds its event log's rows in its accounting (written out on resume)
 LATEST = "LATEST"
 _HOST_JSON, _HOST_NPZ, _DEVICE = "host.json", "host.npz", "device"
 _CHECKSUMS = "CHECKSUMS.json"  # sha256 of every other file of a snapshot, written last
@@ -319,11 +320,14 @@ def _state(sim: "FleetSimulator") -> dict:
         "guard": {"norms": sim._guard_norms, "empty_buffers": sim._guard_empty_buffers},
         "executor": sim.executor.state_dict(),
         "accounting": sim.acct,
+        # the streamed events.csv: its length and last line, and the rows held for later (event_stream.py)
+        "event_log": None if sim.event_stream is None else sim.event_stream.state_dict(sim.now),
         "utility_by_eval": sim._utility_by_eval,
         "client_free_at": sim._client_free_at,
         "checkpoints": sim.checkpoints,
         "aggregation_times": sim.aggregation_times,
         "accuracies": sim._accuracies,
+        "test_hits": sim.test_hits,
         "cohort_calls": sim.engine.records,
     }
 
@@ -378,11 +382,14 @@ def _apply(sim: "FleetSimulator", s: dict) -> None:
     sim._guard_norms, sim._guard_empty_buffers = s["guard"]["norms"], s["guard"]["empty_buffers"]
     sim.executor.load_state_dict(s["executor"])
     sim.acct = s["accounting"]
+    sim._restored_event_log = s.get("event_log")  # resumed by stream_events (None: rows in acct.events)
     sim._utility_by_eval = np.asarray(s["utility_by_eval"], bool).copy()
     if "client_free_at" in s:  # a snapshot written before queued sync tasks existed has none (all zeros)
         sim._client_free_at = np.asarray(s["client_free_at"], np.float64).copy()
     sim.checkpoints, sim.aggregation_times, sim._accuracies = s["checkpoints"], s["aggregation_times"], s["accuracies"]
     sim.engine.records[:] = s["cohort_calls"]
+    # a snapshot written before test_hits existed holds none (its run kept none)
+    sim.test_hits = [np.asarray(h, np.uint8) for h in s.get("test_hits", [])]
 
 
 # ------------------------------------------------------------------ disk
@@ -653,8 +660,9 @@ def _load_verified(sim: "FleetSimulator", snap: Path) -> Path:
         head = json.loads((snap / _HOST_JSON).read_text())
     except (OSError, ValueError) as e:
         raise SnapshotError(f"snapshot {snap / _HOST_JSON} is unreadable: {e}") from None
-    if head.get("format") != FORMAT:
-        raise SnapshotError(f"snapshot {snap} has format {head.get('format')!r}; this felix-jax reads {FORMAT}")
+    if head.get("format") not in READS:
+        raise SnapshotError(f"snapshot {snap} has format {head.get('format')!r}; this felix-jax reads "
+                            f"{' and '.join(map(str, READS))}")
     mine = fingerprint(sim)
     differs = [k for k in mine if head["fingerprint"].get(k) != mine[k]]
     if differs:

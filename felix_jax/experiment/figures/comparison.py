@@ -2,7 +2,8 @@
 ``accuracy.png`` (accuracy against virtual hours per regime, the mean over seeds with a min-max band),
 ``bytes.png`` (GB per strategy, train and eval stacked), ``cdfs.png`` (staleness, utility age and
 relative aggregation weights) and ``time_to_target.png`` (hours to the target seed by seed, their
-mean with its 95% interval, and each strategy's paired ratio to the reference), drawn from the rows
+mean with its 95% interval, and each strategy's paired ratio to the reference), and
+``speedup_vs_target.png`` (that ratio along the learning curve, ``figures/curve.py``), drawn from the rows
 of :func:`~felix_jax.experiment.matrix.run_matrix` (or ``summary.csv``) and each cell's files.
 Statistics from stats.py, the look from style.py."""
 
@@ -15,8 +16,10 @@ from pathlib import Path
 import numpy as np
 
 from ..cells import regime_label
+from ..curve import speedup_along_curve
 from ..stats import default_reference, hours_stats, paired_ratio, pool_cells, versus_reference
 from ..tables import sig, target_of
+from .curve import plot_speedup_vs_target
 from .style import (EVAL_COLOR, FONT_L, FONT_M, FONT_S, GRID_ALPHA, NOTE_COLOR, TRAIN_COLOR, labels_width,
                     legend_below, no_values_note, pyplot, save, strategy_styles)
 
@@ -91,7 +94,8 @@ def fit_bar_labels(fig, axes, pad_px: float = 4.0) -> None:
 
 
 def plot_comparison(rows: list[dict], strategies: list[str], regimes: list[str], out: Path,
-                    target: float | None = None, reference: str | None = None) -> list[Path]:
+                    target: float | None = None, reference: str | None = None,
+                    paper_ratios: dict | None = None) -> list[Path]:
     """``accuracy.png`` (mean over seeds with a min-max band, the target line, shared axes, one
     legend below), ``bytes.png`` (GB per strategy, train and eval stacked, each bar labelled with its
     total and eval share), ``cdfs.png`` (per regime: staleness at aggregation, utility age at a train
@@ -99,6 +103,8 @@ def plot_comparison(rows: list[dict], strategies: list[str], regimes: list[str],
     values says so) and, when there is a target, ``time_to_target.png`` (:func:`plot_time_to_target`).
     Every strategy keeps one color and line style (:func:`strategy_styles`); the ``reference``
     (default ``felix``, else the first strategy) is drawn on top. A trace file's regime is titled by
+    its file name. ``speedup_vs_target.png`` (:func:`~.curve.plot_speedup_vs_target`) follows where a level
+    above the start was reached; ``paper_ratios``: (strategy, regime) -> the paper's ratio, marked on it.
     its file name."""
     plt = pyplot()
 
@@ -208,6 +214,10 @@ def plot_comparison(rows: list[dict], strategies: list[str], regimes: list[str],
     paths.append(save(fig, out / "cdfs.png"))
     if target is not None:
         paths.append(plot_time_to_target(rows, strategies, regimes, out, target, reference))
+    curve = plot_speedup_vs_target(speedup_along_curve(rows, strategies, regimes, reference), strategies, regimes,
+                                   out, reference, paper=paper_ratios, target=target)
+    if curve is not None:
+        paths.append(curve)
     return paths
 
 
