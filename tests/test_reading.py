@@ -326,10 +326,10 @@ def test_every_async_strategy_excludes_a_picked_client_until_the_round_ends_and_
 def test_run_list_shows_every_switch_with_both_values_and_its_source(capsys):
     import dataclasses
 
-    from felix_jax.cli import _print_readings
+    from felix_jax.cli.listing import print_readings
     from felix_jax.fleet.reading import SWITCH_SOURCES
 
-    _print_readings()
+    print_readings()
     out = capsys.readouterr().out
     for f in dataclasses.fields(Reading):
         if f.name != "semantics":
