@@ -43,6 +43,37 @@ if not os.environ.get(DATA_ENV) and os.environ.get(NO_SHARED_ENV, "") in ("", "0
 # are on for the whole run, subprocesses included, unless the caller chose (FELIX_JAX_DEBUG_CHECKS=0).
 os.environ.setdefault(DEBUG_CHECKS_ENV, "1")
 
+# ---------------------------------------------------------------- one XLA compilation cache per test session
+# Most tests build fresh engines of the same tiny models, and a fresh jitted function compiles its
+# program again though an earlier test compiled the same one. jax's persistent compilation cache,
+# in a folder of this session only (empty at the start, so no result depends on an earlier
+# session's files), hands each program compiled once to every later test and to the processes the
+# tests start (tests/test_strategies.py and tests/test_update_guard.py: 135 s of CPU without it,
+# 55 s with it). Every program still counts in CompileCount (jax's compile event covers a cache
+# read too), and the retrace guards count traces. jax keeps the folder it first used; a CLI call
+# in a test (`felix-jax run` enables the cache with a 0.5 s threshold) changes the threshold, which
+# each test gets back at 0: every program cached.
+XLA_CACHE_SETTINGS = {"jax_persistent_cache_min_compile_time_secs": 0.0,
+                      "jax_persistent_cache_min_entry_size_bytes": 0}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_compilation_cache(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("xla-cache")
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    with pytest.MonkeyPatch.context() as env:  # for the processes the tests start
+        env.setenv("JAX_COMPILATION_CACHE_DIR", str(folder))
+        env.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+        env.setenv("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+        yield folder
+
+
+@pytest.fixture(autouse=True)
+def cache_every_program(session_compilation_cache):
+    for key, value in XLA_CACHE_SETTINGS.items():
+        jax.config.update(key, value)
+
+
 # Read once here: some tests clear FELIX_JAX_DATA for themselves (monkeypatch) and still need the real folder.
 DATA_DIR: Path | None = Path(os.environ[DATA_ENV]) if os.environ.get(DATA_ENV) else None
 

@@ -18,6 +18,7 @@ def load(name: str):
     return module
 
 
+@pytest.mark.slow  # a whole matrix of runs
 def test_drift_matrix_tabulates_every_variant(tmp_path):
     result = load("drift_matrix").main([
         "--seeds", "0", "--strategies", "fedbuff,felix", "--set", "max_aggregations=6",
@@ -104,6 +105,7 @@ def test_centralized_reference_gives_one_curve_whatever_cpus_and_host_devices_it
         assert result["cpu_configuration"]["cpus"] == 1 and result["cpu_configuration"]["host_devices"] == 1
 
 
+@pytest.mark.slow  # a whole matrix of runs, twice
 def test_paper_matrix_runs_variant_cells_and_tabulates_them_again(tmp_path):
     args = ["--scenario", "tiny", "--strategies", "felix", "--regimes", "avail100", "--ablations", "",
             "--extra-cell", "oort-async-oracle@oracle_departure=free_slot", "avail50",

@@ -142,6 +142,7 @@ MODEL_PLUGIN = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow  # a comparison; the default tier runs the same model in test_dropout_is_keyed_per_task...
 def test_a_users_flax_model_with_dropout_runs_through_compare(tmp_path):
     (tmp_path / "my_model.py").write_text(MODEL_PLUGIN)
     out = tmp_path / "cmp"

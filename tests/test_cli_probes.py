@@ -235,7 +235,8 @@ def test_runs_in_float64(tmp_path):
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["aggregations"] == 2
 
 
-@pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+# SIGTERM in the slow tier: the same stop as SIGINT's (the default tier's) by another signal
+@pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), pytest.param(signal.SIGTERM, 143, marks=pytest.mark.slow)])
 def test_a_signal_stops_the_run_with_complete_results(tmp_path, sig, status):
     out = tmp_path / "r"
     proc = subprocess.Popen([sys.executable, "-m", "felix_jax.cli", "run", "--preset", "tiny", "--quiet",

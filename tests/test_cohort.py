@@ -110,8 +110,11 @@ def _guard_traces(monkeypatch, module, n: int) -> None:
     monkeypatch.setattr(module, "run_cohort", chex.assert_max_traces(engine_mod.run_cohort, n=n))
 
 
-@pytest.mark.parametrize("plan,sizes", [("vmap", [1, 2, 4, 8]),  # the padded call sizes of flushes of 1 to 8 tasks
-                                        ("map", [8, 16])])  # lax.map (at least 8 tasks a call), 1 to 16 tasks
+# the default tier: flushes of 1 to 4 tasks under vmap; the slow tier: 1 to 8 under vmap, 1 to 16 under lax.map
+@pytest.mark.parametrize("plan,sizes", [("vmap", [1, 2, 4]),  # the padded call sizes of flushes of 1 to 4 tasks
+                                        pytest.param("vmap", [1, 2, 4, 8], marks=pytest.mark.slow),  # 1 to 8 tasks
+                                        # lax.map (at least 8 tasks a call), 1 to 16 tasks
+                                        pytest.param("map", [8, 16], marks=pytest.mark.slow)])
 def test_a_churny_run_compiles_nothing_after_warm_up(tiny, monkeypatch, plan, sizes):
     _, _, data, _ = tiny
     store = _store()
@@ -132,6 +135,7 @@ def test_a_churny_run_compiles_nothing_after_warm_up(tiny, monkeypatch, plan, si
     assert {r.padded_tasks for r in eng.records[warm:]} <= set(sizes)
 
 
+@pytest.mark.slow  # the default tier guards one engine's calls (the test above, flushes of 1 to 4 tasks)
 def test_a_churny_sweep_batch_compiles_nothing_after_warm_up(tiny, monkeypatch):
     # two experiments in one sweep batch (cohort/group.py) under the CPU plan: each flush takes both
     # experiments' tasks, of sizes that change at every event, or one experiment's alone (its store

@@ -21,7 +21,7 @@ from felix_jax.experiment import STRATEGIES, Scenario, get_preset
 from felix_jax.experiment.registry import make_trace
 from felix_jax.experiment.runner import build_simulator, run
 from felix_jax.fleet import Interruption, task_timeline
-from felix_jax.models import cifar_cnn
+from felix_jax.models import cifar_cnn, mlp
 from felix_jax.options import OptionError, to_json
 from felix_jax.policies import (AGGREGATOR_OPTIONS, SELECTOR_OPTIONS, make_aggregator, make_selector,
                                 selector_config)
@@ -168,9 +168,12 @@ def test_eval_picks_do_not_count_toward_the_once_per_round_rule():
     assert not sim.view.trainable(sim.round, once_per_round=True)[5]
 
 
-def test_training_reply_measures_utility_on_the_unaugmented_batch():
+# an MLP in the default tier, the paper's CNN in the slow tier: the augmentation acts on the images,
+# before either model
+@pytest.mark.parametrize("model_name", ["mlp", pytest.param("cifar_cnn", marks=pytest.mark.slow)])
+def test_training_reply_measures_utility_on_the_unaugmented_batch(model_name):
     """Finding 4: the training reply's first batch was augmented, the eval batch was not."""
-    model = cifar_cnn(num_classes=10)
+    model = cifar_cnn(num_classes=10) if model_name == "cifar_cnn" else mlp((32, 32, 3), hidden=(16,))
     ds = make_image_dataset(num_train=64, num_test=8, shape=(32, 32, 3))
     data = to_device(ds, partition_from_counts(64, np.array([64]), seed=0))
     params = model.init(jax.random.key(0))

@@ -1044,7 +1044,9 @@ plugins.strategy("{name}-strategy", mode="async", knowledge="none", selector="{n
 """
 
 
-@pytest.mark.parametrize("snapshots", [[], ["--snapshot-every", "2"]], ids=["no-snapshot-flags", "snapshot-every-2"])
+# with periodic snapshots in the slow tier; without them (a stop snapshot only) in the default tier
+@pytest.mark.parametrize("snapshots", [[], pytest.param(["--snapshot-every", "2"], marks=pytest.mark.slow)],
+                         ids=["no-snapshot-flags", "snapshot-every-2"])
 @pytest.mark.usefixtures("own_registries")
 def test_work_lost_a_run_a_plugin_stopped_resumes_to_the_fixed_plugins_results(tmp_path, snapshots):
     """A plugin that raises mid-run stops it with its results so far and a stop snapshot (the state

@@ -46,7 +46,10 @@ def test_every_notebook_is_numbered_and_has_the_colab_install_cell():
             (path.name, imported)
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+# the quickstart runs in the default tier; the others (comparisons, throughput, streams: 20-45 s each
+# on 2 cores) in the slow tier (-m slow)
+@pytest.mark.parametrize("path", [p if p.name.startswith("00_") else pytest.param(p, marks=pytest.mark.slow)
+                                  for p in NOTEBOOKS], ids=[p.name for p in NOTEBOOKS])
 def test_notebook_runs(path, kernel_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("JUPYTER_PATH", str(kernel_dir))
     monkeypatch.setenv("FELIX_JAX_NOTEBOOK_FAST", "1")

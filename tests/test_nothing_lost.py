@@ -277,6 +277,7 @@ def test_a_matrix_cell_stopped_by_a_signal_is_resumed_not_taken_as_finished(tmp_
 
 
 
+@pytest.mark.slow  # the default tier resumes a matrix cell stopped by a signal (the test above)
 def test_a_matrix_cell_killed_outright_resumes_from_its_periodic_snapshot(tmp_path, monkeypatch):
     """``snapshot_minutes``: a cell killed outright (no summary, no stop snapshot) continues from its last
     periodic snapshot, to the uninterrupted cell's results; without one it starts again."""

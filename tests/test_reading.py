@@ -326,10 +326,10 @@ def test_every_async_strategy_excludes_a_picked_client_until_the_round_ends_and_
 def test_run_list_shows_every_switch_with_both_values_and_its_source(capsys):
     import dataclasses
 
-    from felix_jax.cli import _print_readings
+    from felix_jax.cli.listing import print_readings
     from felix_jax.fleet.reading import SWITCH_SOURCES
 
-    _print_readings()
+    print_readings()
     out = capsys.readouterr().out
     for f in dataclasses.fields(Reading):
         if f.name != "semantics":
@@ -541,12 +541,15 @@ def test_sync_busy_clients_are_picked_and_their_task_queues_behind_the_old_one()
     assert Reading.paper_code().sync_busy_selectable and not Reading().sync_busy_selectable
 
 
-def test_a_sync_run_with_queued_tasks_resumes_from_a_snapshot_exactly(tmp_path):
+# the quickstart's fleet with an MLP in the default tier, with its own CNN in the slow tier: with
+# either model, 4 of the picks find their client busy and are queued
+@pytest.mark.parametrize("model", ["mlp", pytest.param("cifar_cnn", marks=pytest.mark.slow)])
+def test_a_sync_run_with_queued_tasks_resumes_from_a_snapshot_exactly(tmp_path, model):
     from tests.test_snapshot import assert_same_run, killed_and_resumed
 
     sc = get_preset("quickstart").with_overrides({"strategy": "oort-oracle", "semantics": "paper_code",
                                                   "availability": "avail50", "max_aggregations": "10",
-                                                  "target_accuracy": "none"})
+                                                  "target_accuracy": "none", "model": model})
     reference = build_simulator(sc).run()
     assert reference.accounting.train_picks_busy == 4  # stragglers were picked again and queued
     assert_same_run(reference, killed_and_resumed(sc, tmp_path))

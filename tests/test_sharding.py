@@ -171,6 +171,7 @@ RUN_SCRIPT = """
 """
 
 
+@pytest.mark.slow  # a whole run in a fresh interpreter; the default tier checks the engine on four devices
 def test_a_tiny_run_on_four_devices_matches_one_device(forced_devices, tmp_path):
     forced_devices.run(RUN_SCRIPT, 4, tmp_path)
     one, four = (tmp_path / "devices1", tmp_path / "devices4")

@@ -198,7 +198,8 @@ def test_codec_round_trips_exact_types_without_pickle():
         decode(json.loads(text), arrays, device, {})
 
 
-@pytest.mark.parametrize("sig,snapshot_flags", [("SIGTERM", ["--snapshot-every", "4"]), ("SIGINT", [])],
+@pytest.mark.parametrize("sig,snapshot_flags", [pytest.param("SIGTERM", ["--snapshot-every", "4"], marks=pytest.mark.slow),
+                                              ("SIGINT", [])],  # slow tier: SIGTERM with periodic snapshots
                          ids=["sigterm-with-snapshots", "sigint-without-snapshot-flags"])
 def test_cli_kill_and_resume_equals_an_uninterrupted_run(tmp_path, monkeypatch, sig, snapshot_flags):
     """``felix-jax run`` stopped by a signal mid-run (SIGTERM with ``--snapshot-every N``; Ctrl-C

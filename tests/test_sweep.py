@@ -43,6 +43,7 @@ def solo(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow  # six runs; the default tier checks a batch against the solo runs after a stop and resume
 def test_a_batch_of_six_equals_the_six_solo_runs_byte_for_byte(solo, tmp_path):
     scs = _scenarios()
     assert len(plan_batches([SweepJob(sc) for sc in scs], 6)) == 1  # the stream shares the batch

@@ -1,0 +1,40 @@
+"""``felix-jax`` command line (host-only): one module per command (``run``, ``compare``, ``demo``,
+``plot``, ``report``, ``plot-trace``) and :mod:`.common`, what they share (argument helpers, the
+one-line errors)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+
+from . import compare, demo, plot, plot_trace, report, run
+from .common import traceback_asked
+
+COMMANDS = (run, compare, demo, plot, report, plot_trace)  # in --help's order
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="felix-jax", description="JAX fleet emulator for federated learning under churn")
+    sub = ap.add_subparsers(dest="command")
+    for command in COMMANDS:
+        command.add_parser(sub)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = build_parser()
+    if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
+        argv = ["run"] + argv
+    args = ap.parse_args(argv)
+    if args.command == "run":  # --preset defaults to quickstart; --resume refuses one given explicitly
+        args.preset_given = args.preset is not None
+        args.preset = args.preset or "quickstart"
+    try:
+        return args.func(args)
+    except SystemExit as stop:  # an error reported in one line; its whole stack above it when asked for
+        if isinstance(stop.code, str) and stop.__context__ is not None and traceback_asked(args):
+            traceback.print_exception(stop.__context__, file=sys.stderr)
+        raise
+
