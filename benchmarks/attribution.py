@@ -25,10 +25,8 @@ sets), so that the table, and a later resume, need not the results folders.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
-import sys
 import time
 from pathlib import Path
 
@@ -222,21 +220,23 @@ def check(out: Path, aggregations: int) -> dict:
 
 
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workers", type=int, default=2, help="cells run at once, in processes (default: %(default)s)")
-    ap.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated seeds (default: %(default)s)")
-    ap.add_argument("--regimes", default=",".join(REGIMES), help="comma-separated regimes (default: %(default)s)")
+    from felix_jax.commands import command_parser
+
+    ap = command_parser(__doc__)
+    ap.add_argument("--workers", type=int, default=2, help="cells run at once, in processes")
+    ap.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated seeds")
+    ap.add_argument("--regimes", default=",".join(REGIMES), help="comma-separated regimes")
     ap.add_argument("--folders", default=",".join(FOLDERS),
-                    help="run folders to run, in order: longhorizon (steps a, b), paperdata (c) (default: %(default)s)")
-    ap.add_argument("--out", default="results/attribution", help="results folder (default: %(default)s)")
+                    help="run folders to run, in order: longhorizon (steps a, b), paperdata (c)")
+    ap.add_argument("--out", default="results/attribution", help="results folder")
     ap.add_argument("--budget-s", type=float, default=float("inf"),
-                    help="stop starting cells after this many seconds (default: no limit)")
+                    help="stop starting cells after this many seconds")
     ap.add_argument("--table-only", action="store_true", help="keep the finished cells compact and tabulate them")
     ap.add_argument("--check", type=int, nargs="?", const=60, default=None, metavar="AGGREGATIONS",
                     help="the measurement's check on real runs, over this many aggregations (default 60), and stop")
     ap.add_argument("--json", default=str(HERE / "attribution.json"),
-                    help="the table's JSON; its markdown beside it, .md (default: %(default)s)")
-    ap.add_argument("--cells", default=str(CELLS), help="where finished cells are kept compact (default: %(default)s)")
+                    help="the table's JSON; its markdown beside it, .md")
+    ap.add_argument("--cells", default=str(CELLS), help="where finished cells are kept compact")
     args = ap.parse_args(argv)
     cells = Path(args.cells)
     out = Path(args.out)
@@ -277,4 +277,6 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(0 if main() is not None else 1)
+    from felix_jax.commands import run_script
+
+    run_script("attribution.py", main)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from felix_jax.experiment.figures import comparison as comparison_figures
+from felix_jax.experiment.figures import curve as curve_figures
 from felix_jax.experiment.compare import (cell_dir, cell_overrides, comparison_eta, comparison_table, parse_sweep,
                                           plot_comparison, regime_label, strategy_styles, sweep_strategies)
 
@@ -113,6 +114,7 @@ def drawn(monkeypatch):
         return Path(path)
 
     monkeypatch.setattr(comparison_figures, "save", keep)  # where plot_comparison looks it up
+    monkeypatch.setattr(curve_figures, "save", keep)  # and plot_speedup_vs_target
     yield figures
     import matplotlib.pyplot as plt
 
@@ -132,13 +134,14 @@ def test_a_file_regime_is_named_by_its_file_in_the_table():
 def test_every_figure_has_units_on_every_axis_and_file_regimes_by_name(comparison, drawn):
     out, rows = comparison
     paths = plot_comparison(rows, STRATEGIES, ["avail50", TRACE], out)
-    assert sorted(p.name for p in paths) == ["accuracy.png", "bytes.png", "cdfs.png", "time_to_target.png"]
+    assert sorted(p.name for p in paths) == ["accuracy.png", "bytes.png", "cdfs.png", "speedup_vs_target.png",
+                                             "time_to_target.png"]
     for name, fig in drawn.items():
         for ax in fig.axes:
             assert ax.get_xlabel(), (name, ax.get_title())
             assert TRACE not in ax.get_title()
         # a y label on every panel, but once on a row of panels sharing their strategies (bytes, time to target)
-        shared_rows = name in ("bytes.png", "time_to_target.png")
+        shared_rows = name in ("bytes.png", "time_to_target.png", "speedup_vs_target.png")
         for ax in fig.axes[:1] if shared_rows else fig.axes:
             assert ax.get_ylabel(), (name, ax.get_title())
     cdf_labels = [ax.get_xlabel() for ax in drawn["cdfs.png"].axes]
@@ -149,6 +152,8 @@ def test_every_figure_has_units_on_every_axis_and_file_regimes_by_name(compariso
     assert ttt[2:] == ["hours / felix's hours, paired by seed"] * 2
     assert [ax.get_xlabel() for ax in drawn["bytes.png"].axes] == ["GB moved (mean over seeds)"] * 2
     assert drawn["accuracy.png"].axes[1].get_title() == "my_phones_trace.csv"
+    assert [ax.get_xlabel() for ax in drawn["speedup_vs_target.png"].axes] == ["target accuracy (the paper's rule)"] * 2
+    assert drawn["speedup_vs_target.png"].axes[0].get_ylabel() == "hours / felix's, paired by seed"
 
 
 def test_weights_are_relative_to_each_strategys_mean(comparison, drawn):
