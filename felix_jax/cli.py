@@ -183,10 +183,16 @@ def _run(args: argparse.Namespace) -> int:
     from .experiment.results import OutputDirError, folder_lock, prepare_out_dir, remove_if_unused
 
     if args.list:
+        from .experiment.plugin_listing import describe_plugin_entries, plugin_entries
+
         try:
+            plugins = _parse_sets(args.set or []).get("plugins", "")
+            entries = plugin_entries(plugins) if plugins else None  # listed with the built-in ones below
             _print_listing(args.preset)
-        except KeyError as e:
+        except (KeyError, ValueError) as e:
             raise SystemExit(f"felix-jax run: {_one_line(e)}")
+        if entries is not None:
+            print("\n".join(describe_plugin_entries(plugins, entries)))
         return 0
     _check_run_arguments(args)  # before anything is written
     args.writers = _writers(args, "run")
