@@ -433,11 +433,15 @@ def _compare_locked(args, base, strategies, regimes, seeds, out: Path) -> int:
     reference = "felix" if "felix" in strategies else strategies[0]
     table = write_tables(rows, strategies, regimes, out, reference)
     figures = plot_comparison(rows, strategies, regimes, out, reference=reference)
+    from .experiment.split import write_split_csv
+
+    split_csv = write_split_csv(rows, out)  # each cell's split of the data, from its partition.json
     if all_kept(rows):  # nothing ran: the table is the earlier one's, say so
         print(f"felix-jax compare: all {len(rows)} cells in {out} had finished earlier: the table below is theirs; "
               "rerun them with --overwrite, or give --out another folder")
     print(table)
     print(f"wrote {out}/summary.csv (a row per run), {out}/summary_pooled.csv (over seeds), {out}/table.txt, "
+          + "".join(f"{p}, " for p in [split_csv] if p is not None)
           + ", ".join(str(p) for p in figures) + f", {write_report(out)}")
     return 0
 

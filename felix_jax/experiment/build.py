@@ -29,9 +29,11 @@ from .resolution import check_fleet, fleet_config, stop_rule
 from .scenario import Scenario
 
 
-def build_simulator(sc: Scenario, on_checkpoint=None) -> FleetSimulator:
+def build_simulator(sc: Scenario, on_checkpoint=None, on_partition=None) -> FleetSimulator:
     """The fleet for ``sc``. Raises :class:`~felix_jax.options.OptionError` (one line) for a
-    scenario that is valid field by field but not as a whole, or not for its data."""
+    scenario that is valid field by field but not as a whole, or not for its data.
+    ``on_partition(partition, train_labels, num_classes)``: called with the clients' split once it
+    is drawn (the results folder's partition files, split.py)."""
     resolved = sc.resolve_strategy()
     strategy = resolved.strategy
     check_fleet(sc, strategy)
@@ -52,6 +54,8 @@ def build_simulator(sc: Scenario, on_checkpoint=None) -> FleetSimulator:
     except ValueError as e:  # what the data cannot give (too few samples of a key, of a class...): one line
         raise OptionError(f"partition={sc.partition} of {sc.num_clients} clients over data set {sc.dataset!r}: "
                           f"{e}") from None
+    if on_partition is not None:
+        on_partition(part, ds.train_y, ds.num_classes)
     model = make_model(sc.model, ds.input_shape, ds.num_classes)
     reading = sc.resolve_reading()
     train_cfg = LocalTrainConfig(batch_size=sc.batch_size, learning_rate=sc.learning_rate, mode=sc.local_mode,
@@ -64,7 +68,7 @@ def build_simulator(sc: Scenario, on_checkpoint=None) -> FleetSimulator:
     if not stream_cfg.is_static:  # client data streams over the run's horizon (data/streams.py)
         streams = build_streams(part, ds.train_y, ds.num_classes, stream_cfg, sc.max_virtual_hours * 3600,
                                 seed=seeds[4])
-        part = Partition(streams.index_table, part.counts, part.num_samples, part.method + "+stream")
+        part = Partition(streams.index_table, part.counts, part.num_samples, part.method + "+stream", part.repaired)
     data = to_device(ds, part)
     if streams is not None:
         data = data.replace(streams=streams_to_device(streams))

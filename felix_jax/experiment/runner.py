@@ -24,8 +24,9 @@ from .progress import RunProgress, StopProgress  # noqa: F401
 from .resolution import (RECORD_SECTIONS, RESOLVED_SECTIONS, check_fleet, check_recorded_config,  # noqa: F401
                          fleet_config, resolved_sections, stop_rule)
 from .event_log import EVENTS_FILE
-from .results import (SNAPSHOT_DIR, MetricsStream, folder_lock, live_metrics, prepare_out_dir, staged_results,
-                      summarize, write_config, write_results)
+from .results import (SNAPSHOT_DIR, MetricsStream, folder_lock, live_metrics, prepare_out_dir, run_title,
+                      staged_results, summarize, write_config, write_results)
+from .split import Split, write_split
 from .scenario import Scenario
 from .stops import PLUGIN_ERROR, StopOnSignals, finished_stop_reason, replay_to_last_event
 
@@ -135,7 +136,9 @@ def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every
 
     with StopOnSignals(stop_on_signals) as signals:
         try:
-            sim = build_simulator(sc, on_checkpoint=on_checkpoint)
+            splits = []  # the clients' split, on record in the folder (split.py)
+            sim = build_simulator(sc, on_checkpoint=on_checkpoint, on_partition=None if out is None else
+                                  lambda part, labels, k: splits.append(Split.of(part, labels, k)))
             if batch is not None:
                 batch.attach(sim)
             if resume:
@@ -144,6 +147,7 @@ def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every
             config["snapshot"] = {"every_aggregations": snapshot_every, "every_minutes": snapshot_minutes}
             if out is not None:
                 write_config(out, config)
+                write_split(out, splits[0], plot=plot, title=run_title(config))
                 # rows go to events.csv as the run goes (a resumed run's file is cut back to its snapshot)
                 sim.stream_events(out / EVENTS_FILE)
                 stream = MetricsStream(out / "metrics.csv")
