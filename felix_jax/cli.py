@@ -485,7 +485,7 @@ def _replot_run(run_dir: Path) -> Path:
     """``accuracy.png`` of a run folder, from its ``metrics.csv`` (and ``config.json`` for the title)."""
     import types
 
-    from .experiment.results import plot_accuracy, read_metrics_csv
+    from .experiment.results import plot_accuracy, read_metrics_csv, run_title
 
     checkpoints = read_metrics_csv(run_dir / "metrics.csv")  # a DataFileError naming the file and line
     try:
@@ -494,7 +494,7 @@ def _replot_run(run_dir: Path) -> Path:
         scenario = {}
     # plot_accuracy reads only the record's checkpoints
     record = types.SimpleNamespace(checkpoints=checkpoints)
-    plot_accuracy(record, run_dir / "accuracy.png", title=scenario.get("strategy", ""),
+    plot_accuracy(record, run_dir / "accuracy.png", title=run_title({"scenario": scenario}),  # as the run drew it
                   target=scenario.get("target_accuracy"))
     return run_dir / "accuracy.png"
 
@@ -529,7 +529,7 @@ def _report(args: argparse.Namespace) -> int:
     from .experiment.report import ReportError, write_report
 
     try:
-        path = write_report(Path(args.dir), args.out)
+        path = write_report([Path(d) for d in args.dir], args.out)
     except (*USER_ERRORS, ReportError, ValueError) as e:
         raise SystemExit(f"felix-jax report: {_one_line(e)}")
     print(f"wrote {path}")
@@ -687,10 +687,11 @@ def build_parser() -> argparse.ArgumentParser:
     plot = sub.add_parser("plot", help="redraw the figures of a run or compare results folder from its saved files")
     plot.add_argument("dir", help="a run folder (metrics.csv) or a compare folder (summary.csv and runs/)")
     plot.set_defaults(func=_plot)
-    report = sub.add_parser("report", help="one self-contained HTML page of a comparison: table, figures, "
-                                           "settings, warnings")
-    report.add_argument("dir", help="a compare folder (summary.csv and runs/)")
-    report.add_argument("--out", help="the page (default DIR/report.html)")
+    report = sub.add_parser("report", help="one self-contained HTML page of a comparison or a run (table, "
+                                           "figures, the split, settings, warnings), or of several overlaid")
+    report.add_argument("dir", nargs="+", help="a compare folder (summary.csv and runs/) or a run folder "
+                                               "(metrics.csv); several: their runs overlaid on one page")
+    report.add_argument("--out", help="the page (default DIR/report.html; several folders: overlay-report.html)")
     report.set_defaults(func=_report)
     trace = sub.add_parser("plot-trace", help="draw an availability trace: tier shares over time and a client raster",
                            formatter_class=_HelpFormatter, epilog=PLOT_TRACE_EXAMPLES)
