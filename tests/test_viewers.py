@@ -100,5 +100,5 @@ def test_mlflow_ui_opens(tmp_path):
     port = free_port()
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     page = serves([script("mlflow"), "ui", "--backend-store-uri", store, "--host", "127.0.0.1", "--port", str(port)],
-                  f"http://127.0.0.1:{port}/health")
+                  f"http://127.0.0.1:{port}/health", timeout_s=420.0)  # its first start migrates the store: slow
     assert "ok" in page.lower()
