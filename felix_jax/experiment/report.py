@@ -278,9 +278,10 @@ def render_report(folder: str | Path) -> str:
     rows = rows_from_summary_csv(folder)
     if not rows:
         raise ReportError(f"{folder}/summary.csv holds no runs")
-    strategies = list(dict.fromkeys(r["strategy"] for r in rows))
-    regimes = list(dict.fromkeys(r["availability"] for r in rows))
-    reference = "felix" if "felix" in strategies else strategies[0]
+    from .sweep_axes import read_view
+
+    view = read_view(folder, rows)  # a swept field of the scenario's world as an axis, the reference compare used
+    rows, strategies, regimes, reference = view.rows, view.strategies, view.regimes, view.reference
     pooled = pool_cells(rows, strategies, regimes, reference)
     figures = [n for n in FIGURES if (folder / n).is_file()]
     figures += sorted(p.name for p in folder.glob("*.png") if p.name not in figures)
