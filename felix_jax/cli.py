@@ -219,9 +219,16 @@ def _run(args: argparse.Namespace) -> int:
     else:
         try:
             scenario = Scenario.from_file(args.config) if args.config else get_preset(args.preset)
-            scenario = scenario.with_overrides(_parse_sets(args.set or []))
+            sets = _parse_sets(args.set or [])
+            scenario = scenario.with_overrides(sets)
+            from .experiment.own_data import own_data_defaults
+
+            # a user's NPZ with the default preset: a model that takes its inputs, its name (said in one line)
+            scenario, fitted = own_data_defaults(scenario, sets, chosen=args.preset_given or bool(args.config))
         except (KeyError, ValueError) as e:
             raise SystemExit(f"felix-jax run: {_one_line(e)}")
+        if fitted:
+            print(fitted, flush=True)
         from .experiment.naming import default_run_dir
 
         out = Path(args.out) if args.out else default_run_dir(scenario)  # the reading in it, where not the default
