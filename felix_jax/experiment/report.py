@@ -27,8 +27,6 @@ gets its own page (report_run.py), several folders one overlaid page (report_ove
 
 from __future__ import annotations
 
-import base64
-import html
 import json
 import time
 from pathlib import Path
@@ -39,6 +37,7 @@ from .stats import pool_cells
 from .split import split_rows
 from .tables import FEW_SEEDS, few_seeds_warning, paired_text, per_seed_text, rows_from_summary_csv, sig
 from .units import bytes_text
+from .report_html import STYLE, ReportError, _e, _img, _json_pre, _num, _read_json, is_compare_folder  # noqa: F401
 
 REPORT_FILE = "report.html"
 AXES = ("strategy", "availability", "seed")
@@ -57,59 +56,6 @@ FIGURE_CAPTIONS = {
                              "reached (the paper's rule on each run's curve): geometric mean, 95% t band, hollow "
                              "where not every seed of both reached the level; speedup_vs_target.csv has the numbers.",
 }
-
-
-class ReportError(ValueError):
-    """The folder is not a comparison's (one line)."""
-
-
-def _e(value) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
-
-
-def _num(value, digits: int = 3) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, int) or float(value).is_integer() and abs(value) < 1e15:
-        return f"{int(value):,}"
-    return sig(float(value), digits)
-
-
-def _img(path: Path, alt: str) -> str:
-    data = base64.b64encode(path.read_bytes()).decode("ascii")
-    return f'<img src="data:image/png;base64,{data}" alt="{_e(alt)}">'
-
-
-def _json_pre(value) -> str:
-    return f"<pre>{_e(json.dumps(value, indent=2, default=str))}</pre>"
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-STYLE = """
-body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; margin: 1.5em auto;
-       max-width: 1400px; padding: 0 1em; color: #1d1d1f; }
-h1 { font-size: 1.5em; margin-bottom: 0.2em; } h2 { font-size: 1.2em; margin-top: 1.6em; border-bottom: 1px solid #ccc; }
-.meta { color: #555; font-size: 0.9em; }
-table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0; }
-th, td { border: 1px solid #d0d0d0; padding: 0.25em 0.5em; text-align: right; vertical-align: top; }
-th { background: #f2f2f2; } td.l, th.l { text-align: left; }
-tr.ref td { background: #f5f9ff; }
-.warnings { background: #fff6e0; border: 1px solid #e0b040; padding: 0.5em 1em; }
-.warnings li { margin: 0.2em 0; }
-.ok { background: #eef8ee; border: 1px solid #8c8; padding: 0.5em 1em; }
-figure { margin: 1em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
-figcaption { color: #444; font-size: 0.85em; }
-pre { background: #f7f7f7; padding: 0.6em; font-size: 0.8em; white-space: pre-wrap; overflow-wrap: anywhere; }
-details { margin: 0.4em 0; } summary { cursor: pointer; }
-.cells img { max-width: 48%; margin-right: 1%; }
-"""
 
 
 def _warnings(folder: Path, rows: list[dict], pooled: list[dict], strategies, regimes, figures) -> list[str]:
@@ -259,21 +205,16 @@ def _cell_figures(rows: list[dict]) -> str:
     return "\n".join(out) if out else "<p>No cell figures (the cells ran without plots).</p>"
 
 
-def is_compare_folder(folder: Path) -> bool:
-    return (folder / "summary.csv").is_file() and (folder / "runs").is_dir()
-
-
 def render_report(folder: str | Path) -> str:
     """The report's HTML for a comparison folder (see the module docstring), or a run folder's page
     (report_run.py); a ReportError (one line) for a folder that is neither or does not exist."""
     folder = Path(folder)
-    from .report_run import is_run_folder, render_run_report
+    from .report_html import is_run_folder, not_a_results_folder
+    from .report_run import render_run_report
 
     if not is_compare_folder(folder):
         if is_run_folder(folder):
             return render_run_report(folder)
-        from .report_overlay import not_a_results_folder
-
         raise ReportError(not_a_results_folder(folder))
     rows = rows_from_summary_csv(folder)
     if not rows:
@@ -339,7 +280,7 @@ def write_report(folder: str | Path | list, out: str | Path | None = None) -> Pa
         else:
             missing = [Path(f) for f in folder if not Path(f).is_dir()]
             if missing:
-                from .report_overlay import not_a_results_folder
+                from .report_html import not_a_results_folder
 
                 raise ReportError(not_a_results_folder(missing[0]))
             path = Path(out) if out is not None else Path(OVERLAY_FILE)

@@ -10,7 +10,9 @@ import time
 from pathlib import Path
 
 from .cells import regime_label
-from .report_run import data_text, is_run_folder
+from .report_html import STYLE, ReportError, _e, _img, _num, _read_json, is_compare_folder, is_run_folder, \
+    not_a_results_folder
+from .report_run import data_text
 from .results import read_metrics_csv
 
 OVERLAY_FILE = "overlay-report.html"
@@ -18,7 +20,6 @@ OVERLAY_FILE = "overlay-report.html"
 
 def overlay_runs(folders: list[Path]) -> list[dict]:
     """Every run of ``folders``, in order: a run folder is one, a comparison gives its summary.csv's runs."""
-    from .report import ReportError, _read_json, is_compare_folder
     from .tables import rows_from_summary_csv
 
     runs = []
@@ -40,15 +41,6 @@ def overlay_runs(folders: list[Path]) -> list[dict]:
     if not runs:
         raise ReportError(f"{', '.join(map(str, folders))}: no run with a metrics.csv to overlay")
     return runs
-
-
-def not_a_results_folder(folder: Path) -> str:
-    if not folder.exists():
-        return f"{folder}: no such folder"
-    if not folder.is_dir():
-        return f"{folder}: not a folder"
-    return (f"{folder} is not a results folder: a run's holds metrics.csv and config.json, a comparison's "
-            "summary.csv and runs/")
 
 
 def _overlay_figure(runs: list[dict], path: Path) -> Path:
@@ -78,7 +70,6 @@ def _overlay_figure(runs: list[dict], path: Path) -> Path:
 
 
 def render_overlay_report(folders: list[str | Path]) -> str:
-    from .report import STYLE, _e, _img, _num
     from .units import bytes_text
 
     folders = [Path(f) for f in folders]

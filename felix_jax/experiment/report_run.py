@@ -2,7 +2,7 @@
 the summary (time to target, accuracy, bytes in the unit that fits, staleness, host time), its curves
 (accuracy, bytes moved, staleness: drawn for the page), the split of the data (partition.json and
 partition.png), the run's own figures and its settings (config.json). Helpers shared with the
-comparison's page come from report.py."""
+comparison's page come from report_html.py."""
 
 from __future__ import annotations
 
@@ -11,13 +11,10 @@ import time
 from pathlib import Path
 
 from .cells import regime_label
+from .report_html import STYLE, _e, _img, _json_pre, _num, _read_json
 from .results import read_metrics_csv, run_title
 from .split import read_split, split_text
 from .units import bytes_text
-
-
-def is_run_folder(folder: Path) -> bool:
-    return (folder / "metrics.csv").is_file() and (folder / "config.json").is_file()
 
 
 def run_label(config: dict) -> str:
@@ -35,8 +32,6 @@ def data_text(scenario: dict) -> str:
 
 
 def _summary_rows(summary: dict) -> list[tuple[str, str]]:
-    from .report import _num
-
     def both(a, b, unit=""):
         return f"{_num(summary.get(a))}{unit} / {_num(summary.get(b))}{unit}"
 
@@ -57,7 +52,6 @@ def _summary_rows(summary: dict) -> list[tuple[str, str]]:
 
 def _curves(folder: Path, config: dict, label: str) -> str:
     from .figures.run import run_curves_figure
-    from .report import _img, _read_json
 
     checkpoints = read_metrics_csv(folder / "metrics.csv")  # a DataFileError naming the file and line
     staleness = _read_json(folder / "distributions.json").get("staleness") or []
@@ -70,8 +64,6 @@ def _curves(folder: Path, config: dict, label: str) -> str:
 
 
 def _split(folder: Path) -> str:
-    from .report import _e, _img
-
     rec = read_split(folder)
     if rec is None:
         return "<p>No partition.json (a run written before the split was recorded).</p>"
@@ -89,8 +81,6 @@ def _split(folder: Path) -> str:
 
 def render_run_report(folder: str | Path) -> str:
     """The HTML page of one run folder (metrics.csv and config.json; the rest where present)."""
-    from .report import STYLE, _e, _img, _json_pre, _read_json
-
     folder = Path(folder)
     config = _read_json(folder / "config.json")
     summary = _read_json(folder / "summary.json")
