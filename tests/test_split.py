@@ -65,3 +65,20 @@ def test_every_run_folder_holds_its_split(tmp_path, capsys):
     assert rec["summary"] == split_summary(counts, labels, rec["repaired_clients"])
     assert rec["method"].startswith("dirichlet(alpha=0.05")
     assert (out / "partition.png").is_file()
+
+
+def test_a_fleet_past_the_detail_limit_keeps_the_summary_and_writes_sizes_only(tmp_path, monkeypatch):
+    import felix_jax.experiment.split as split_module
+
+    labels = np.repeat(np.arange(3), 20)
+    part = dirichlet_partition(labels, 9, alpha=0.3, seed=1)
+    full = Split.of(part, labels, 3)
+    monkeypatch.setattr(split_module, "DETAIL_LIMIT", 4)
+    monkeypatch.setattr(split_module, "_CHUNK", 4)  # three chunks: 4, 4, 1 clients
+    big = Split.of(part, labels, 3)
+    assert big.label_counts is None and big.summary == pytest.approx(full.summary)
+    write_split(tmp_path, big, plot=True)
+    assert not (tmp_path / "partition.csv").exists() and (tmp_path / "partition.png").is_file()
+    with np.load(tmp_path / "partition.npz") as z:
+        np.testing.assert_array_equal(z["samples"], part.counts)
+    assert json.loads((tmp_path / "partition.json").read_text())["per_client"] == "partition.npz"

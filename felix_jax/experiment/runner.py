@@ -26,7 +26,7 @@ from .resolution import (RECORD_SECTIONS, RESOLVED_SECTIONS, check_fleet, check_
 from .event_log import EVENTS_FILE
 from .results import (SNAPSHOT_DIR, MetricsStream, folder_lock, live_metrics, prepare_out_dir, run_title,
                       staged_results, summarize, write_config, write_results)
-from .split import Split, write_split
+from .split import SPLIT_FILES, Split, write_split
 from .scenario import Scenario
 from .stops import PLUGIN_ERROR, StopOnSignals, finished_stop_reason, replay_to_last_event
 
@@ -109,7 +109,7 @@ def _run(sc, out_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_
                                writers=writers, final_out=out)
         except PluginError as e:
             if not resume and e.stopped_after is None and e.no_snapshot is None:  # failed before its first event
-                for name in ("config.json", "metrics.csv", EVENTS_FILE):  # nothing to keep: the folder is left as it was
+                for name in ("config.json", "metrics.csv", EVENTS_FILE, *SPLIT_FILES):  # nothing to keep: left as it was
                     (write_dir / name).unlink(missing_ok=True)
             raise
     if result.plugin_error is not None:  # its results so far are in place (as an interrupted run's): say why
