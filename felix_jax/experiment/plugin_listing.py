@@ -1,5 +1,6 @@
 """What a scenario's plugins register, for ``felix-jax run --list --set plugins=FILE``: the models,
-strategies, selectors and aggregators that come from the plugins rather than from felix-jax."""
+strategies, selectors and aggregators that come from plugins rather than from felix-jax (in a
+``felix-jax`` process, the named plugins' alone; in a Python session, every plugin loaded so far)."""
 
 from __future__ import annotations
 
