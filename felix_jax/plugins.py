@@ -30,7 +30,9 @@ alike). A policy's options are the fields of its config dataclass, reached and
 validated like the built-in ones. The interfaces are :class:`~felix_jax.policies.
 Selector` (``init() -> state``, ``select(state, ctx, k) -> (client ids, state)``)
 and :class:`~felix_jax.policies.Aggregator` (``weights(BufferInfo) -> (K,)``, plus
-how the server step uses them).
+how the server step uses them). A worked model plugin (a flax MLP with dropout and a small
+CNN, ``@plugins.model``) is ``examples/my_models.py``, explained in docs/file-formats.md, and
+``felix-jax run --list --set plugins=FILE`` lists what a plugin registers.
 
 Registries are filled when plugins are imported, once per process; a name may be
 registered again only by the same object (a re-import), never to replace a

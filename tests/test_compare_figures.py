@@ -212,7 +212,12 @@ def test_time_to_target_marks_each_seed_and_the_unreached_at_the_runs_end(compar
     assert len(filled) == 14 and len(open_) == 1  # fedbuff seed 1 did not reach it
     assert open_[0].get_markerfacecolor() == "none" and open_[0].get_xdata()[0] == pytest.approx(0.8)
     assert len({float(ln.get_ydata()[0]) for ln in filled}) == 14  # seeds spread across their row
-    assert [t.get_text() for t in ax.texts] == ["3/3", "3/3", "2/3", "3/3", "3/3"]  # reached / run per row
+    texts = [t.get_text() for t in ax.texts]
+    assert [t for t in texts if not t.startswith("to ")] == ["3/3", "3/3", "2/3", "3/3", "3/3"]  # reached / run
+    # an interval of few seeds (here to 186 h) does not stretch the axis: it is cut at 1.6 x the furthest
+    # point (fedbuff seed 1's run end, 0.8 h) and its end written there
+    assert [t for t in texts if t.startswith("to ")] == ["to 186 h"]
+    assert ax.get_xlim() == pytest.approx((0.0, 1.6 * 0.8))
     # below: the paired verdict of every other strategy against felix, on a log axis with 1 marked
     paired = drawn["time_to_target.png"].axes[1]
     assert paired.get_xscale() == "log" and [t.get_text() for t in paired.get_yticklabels()] == STRATEGIES[1:]

@@ -81,13 +81,92 @@ def test_the_pooled_verdict_and_per_seed_ratios_are_the_tables(comparison):
     assert other["ref_wins"] in page and other["n_reached"] == "2"
 
 
-def test_report_refuses_a_folder_that_is_not_a_comparison_in_one_line(tmp_path):
+def test_report_refuses_a_folder_that_is_not_a_results_folder_in_one_line(tmp_path):
     from felix_jax.cli import main
 
     with pytest.raises(SystemExit) as refused:
         main(["report", str(tmp_path)])
-    assert str(refused.value.code) == (f"felix-jax report: {tmp_path} is not a compare folder (it needs summary.csv "
-                                       "and runs/)")
+    assert str(refused.value.code) == (f"felix-jax report: {tmp_path} is not a results folder: a run's holds "
+                                       "metrics.csv and config.json, a comparison's summary.csv and runs/")
+
+
+def test_report_says_a_folder_is_missing(tmp_path, comparison):
+    from felix_jax.cli import main
+
+    for argv in ([str(tmp_path / "gone")], [str(comparison), str(tmp_path / "gone")]):
+        with pytest.raises(SystemExit) as refused:
+            main(["report", *argv])
+        assert str(refused.value.code) == f"felix-jax report: {tmp_path / 'gone'}: no such folder"
+
+
+def test_the_comparison_report_names_the_data_and_reads_bytes_in_fitting_units(comparison):
+    page = html.unescape((comparison / "report.html").read_text())
+    meta = page[page.index("<p class='meta'>"):]
+    assert meta.startswith("<p class='meta'>data digits (mlp), dirichlet alpha ")
+    runs = page[page.index("<table id='runs'>"):]
+    runs = runs[:runs.index("</table>")]
+    assert not re.search(r"0\.0\d* GB", runs)  # no 0.000888 GB
+    assert re.search(r"<td>\d[\d.]* (B|kB|MB|GB|TB)</td>", runs)
+    assert "white-space: pre-wrap" in page  # table.txt wraps: its footnotes are not clipped at the right
+    assert "The split of the data, per cell" in page
+
+
+def test_bytes_text_by_hand():
+    from felix_jax.experiment.units import byte_unit, bytes_text
+
+    assert [bytes_text(n) for n in (0, 999, 888_000, 1_234_567, 2.5e9, 3e12, None)] == \
+        ["0 B", "999 B", "888 kB", "1.23 MB", "2.5 GB", "3 TB", "-"]
+    assert byte_unit(5e15) == ("TB", 1e12) and bytes_text(5e15) == "5,000 TB"
+
+
+def test_an_interval_does_not_squash_the_points():
+    from felix_jax.experiment.figures.comparison import interval_axis_end
+
+    # points to 0.5 h, an n=2 interval to 2.4 h: the axis ends at 1.6 x 0.5 = 0.8 h (the interval is cut)
+    assert interval_axis_end(0.5, [2.4]) == pytest.approx(0.8)
+    assert interval_axis_end(0.5, [0.6]) == pytest.approx(0.618)  # a short one fits: its end x 1.03
+    assert interval_axis_end(0.5, [0.3]) == pytest.approx(0.54)  # inside the points: the points' room, x 1.08
+    assert interval_axis_end(0.0, []) == 1.0
+
+
+@pytest.fixture
+def one_run(tmp_path):
+    from felix_jax.cli import main
+
+    out = tmp_path / "run"
+    assert main(["run", "--preset", "tiny", "--set", "max_aggregations=2", "--set", "num_train=300",
+                 "--set", "alpha=0.05", "--quiet", "--out", str(out)]) == 0
+    return out
+
+
+def test_report_renders_a_single_run(one_run, capsys):
+    from felix_jax.cli import main
+
+    assert main(["report", str(one_run)]) == 0
+    page = html.unescape((one_run / "report.html").read_text())
+    assert "<h1>felix-jax run: fedbuff | avail100 | seed 0</h1>" in page  # strategy, regime and seed
+    assert "data digits (mlp), dirichlet alpha 0.05, 12 clients" in page
+    for section in ("<h2>Summary</h2>", "<h2>Curves</h2>", "<h2>The split of the data</h2>", "<h2>Settings</h2>"):
+        assert section in page
+    split = json.loads((one_run / "partition.json").read_text())["summary"]
+    assert f"samples per client {split['min']} / {split['median']:g} / {split['max']}" in page
+    assert re.search(r"bytes total \(train \+ eval\)</th><td class='l'>[\d.]+ MB", page)
+    assert 'alt="partition.png"' in page and 'alt="curves"' in page and 'alt="accuracy.png"' in page
+    assert "<script" not in page and "https://" not in page
+
+
+def test_report_overlays_several_folders(one_run, comparison, tmp_path, capsys):
+    from felix_jax.cli import main
+
+    out = tmp_path / "both.html"
+    assert main(["report", str(one_run), str(comparison), "--out", str(out)]) == 0
+    page = html.unescape(out.read_text())
+    n_cells = len(list((comparison / "runs").iterdir()))
+    assert f"<h1>felix-jax: {1 + n_cells} runs from 2 folders</h1>" in page
+    table = page[page.index("<table id='runs'>"):]
+    assert table.count("<tr>") == 1 + n_cells + 1  # the header, then every run
+    assert "<td class='l'>run</td><td class='l'>fedbuff | avail100 | seed 0</td>" in table
+    assert page.count("<img ") == 1
 
 
 def _browser() -> str | None:
@@ -145,3 +224,36 @@ def test_the_report_renders_offline_in_headless_chromium_with_every_figure(compa
     # the probe does see a broken image
     broken = page.replace('src="data:image/png;base64,', 'src="data:image/png;base64,AAAA', 1)
     assert _loaded(browser, broken, tmp_path)["no"] == 1
+
+
+OVERFLOW_PROBE = """<script>
+window.addEventListener('load', function () {
+  var wide = 0, pres = document.getElementsByTagName('pre');
+  for (var i = 0; i < pres.length; i++) { if (pres[i].scrollWidth > pres[i].clientWidth + 1) wide++; }
+  document.body.setAttribute('data-clipped', String(wide));
+  document.body.setAttribute('data-page-wider', String(document.documentElement.scrollWidth > window.innerWidth));
+});
+</script></body>"""
+
+
+def test_a_single_run_and_an_overlay_render_in_headless_chromium(one_run, comparison, tmp_path):
+    browser = _browser()
+    if browser is None:
+        pytest.skip(f"no headless Chromium on PATH ({', '.join(BROWSERS)}): e.g. apt-get install chromium")
+    from felix_jax.experiment.report import write_report
+
+    pages = [write_report(one_run), write_report([one_run, comparison], tmp_path / "overlay.html"),
+             comparison / "report.html"]
+    for page_path in pages:
+        page = page_path.read_text()
+        n_images = page.count("<img ")
+        shot = tmp_path / f"{page_path.stem}.png"
+        done = _headless(browser, tmp_path / "profile", "--window-size=1400,3000", f"--screenshot={shot}",
+                         page_path.as_uri())
+        assert shot.is_file(), done.stderr[-2000:]
+        loaded = _loaded(browser, page, tmp_path)
+        assert (loaded["yes"], loaded["no"], loaded["images"]) == (n_images, 0, n_images), (page_path, loaded)
+        probe = tmp_path / "overflow.html"
+        probe.write_text(page.replace("</body>", OVERFLOW_PROBE))
+        dom = _headless(browser, tmp_path / "profile", "--window-size=1400,3000", "--dump-dom", probe.as_uri()).stdout
+        assert 'data-clipped="0"' in dom and 'data-page-wider="false"' in dom, page_path  # no text cut off

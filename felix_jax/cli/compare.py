@@ -42,7 +42,12 @@ def _compare(args: argparse.Namespace) -> int:
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     regimes = [r.strip() for r in args.availability.split(",") if r.strip()]
     try:  # STRATEGY@KEY=VALUE cells, crossed with each --sweep KEY=v1,v2,...
-        strategies = sweep_strategies(strategies, [parse_sweep(spec) for spec in args.sweep or []])
+        sweeps = [parse_sweep(spec) for spec in args.sweep or []]
+        strategies = sweep_strategies(strategies, sweeps)
+        from ..experiment.sweep_axes import axis_keys, check_reference
+
+        args.axis_keys = axis_keys([k for k, _ in sweeps])  # swept fields of the scenario's world: an axis
+        check_reference(strategies, args.axis_keys, args.reference)  # before anything runs
     except ValueError as e:
         raise SystemExit(f"felix-jax compare: {one_line(e)}")
     try:
@@ -134,14 +139,21 @@ def _compare_locked(args, base, strategies, regimes, seeds, out: Path) -> int:
         print(f"felix-jax compare: interrupted; finished cells are kept in {out}/runs, and the same command "
               "continues from them", file=sys.stderr)
         raise SystemExit(128 + signal.SIGINT)
-    reference = "felix" if "felix" in strategies else strategies[0]
-    table = write_tables(rows, strategies, regimes, out, reference)
-    figures = plot_comparison(rows, strategies, regimes, out, reference=reference)
+    from ..experiment.sweep_axes import comparison_view, write_comparison_json
+
+    view = comparison_view(rows, strategies, regimes, args.axis_keys, args.reference)
+    write_comparison_json(out, view)  # the report and plot redraw the same view
+    table = write_tables(view.rows, view.strategies, view.regimes, out, view.reference)
+    figures = plot_comparison(view.rows, view.strategies, view.regimes, out, reference=view.reference)
+    from ..experiment.split import write_split_csv
+
+    split_csv = write_split_csv(rows, out)  # each cell's split of the data, from its partition.json
     if all_kept(rows):  # nothing ran: the table is the earlier one's, say so
         print(f"felix-jax compare: all {len(rows)} cells in {out} had finished earlier: the table below is theirs; "
               "rerun them with --overwrite, or give --out another folder")
     print(table)
     print(f"wrote {out}/summary.csv (a row per run), {out}/summary_pooled.csv (over seeds), {out}/table.txt, "
+          + "".join(f"{p}, " for p in [split_csv] if p is not None)
           + ", ".join(str(p) for p in figures) + f", {write_report(out)}")
     return 0
 
@@ -158,6 +170,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     cmp_.add_argument("--sweep", action="append", metavar="KEY=V1,V2",
                       help="cross every strategy with each value of a scenario key (cells named "
                            "STRATEGY@KEY=V; repeatable: every combination)")
+    cmp_.add_argument("--reference", default=None, metavar="STRATEGY",
+                      help="the strategy every other is compared with (default felix when compared, else the "
+                           "first); a sweep over a field of the scenario's world compares at each value")
     cmp_.add_argument("--seeds", default="0", help="comma-separated seeds")
     cmp_.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a scenario field (repeatable)")
     cmp_.add_argument("--out", help="output folder (default results/compare-<scenario>, "

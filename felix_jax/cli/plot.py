@@ -14,7 +14,7 @@ def _replot_run(run_dir: Path) -> Path:
     """``accuracy.png`` of a run folder, from its ``metrics.csv`` (and ``config.json`` for the title)."""
     import types
 
-    from ..experiment.results import plot_accuracy, read_metrics_csv
+    from ..experiment.results import plot_accuracy, read_metrics_csv, run_title
 
     checkpoints = read_metrics_csv(run_dir / "metrics.csv")  # a DataFileError naming the file and line
     try:
@@ -23,7 +23,7 @@ def _replot_run(run_dir: Path) -> Path:
         scenario = {}
     # plot_accuracy reads only the record's checkpoints
     record = types.SimpleNamespace(checkpoints=checkpoints)
-    plot_accuracy(record, run_dir / "accuracy.png", title=scenario.get("strategy", ""),
+    plot_accuracy(record, run_dir / "accuracy.png", title=run_title({"scenario": scenario}),  # as the run drew it
                   target=scenario.get("target_accuracy"))
     return run_dir / "accuracy.png"
 
@@ -39,10 +39,11 @@ def _plot(args: argparse.Namespace) -> int:
             rows = rows_from_summary_csv(folder)
             if not rows:
                 raise SystemExit(f"felix-jax plot: {folder}/summary.csv holds no runs")
-            strategies = list(dict.fromkeys(r["strategy"] for r in rows))
-            regimes = list(dict.fromkeys(r["availability"] for r in rows))
+            from ..experiment.sweep_axes import read_view
+
+            view = read_view(folder, rows)  # the axes and reference compare recorded
             figures = [_replot_run(Path(r["run_dir"])) for r in rows if (Path(r["run_dir"]) / "metrics.csv").is_file()]
-            figures += plot_comparison(rows, strategies, regimes, folder)
+            figures += plot_comparison(view.rows, view.strategies, view.regimes, folder, reference=view.reference)
         elif (folder / "metrics.csv").is_file():
             figures = [_replot_run(folder)]
         else:

@@ -11,7 +11,7 @@ def _report(args: argparse.Namespace) -> int:
     from ..experiment.report import ReportError, write_report
 
     try:
-        path = write_report(Path(args.dir), args.out)
+        path = write_report([Path(d) for d in args.dir], args.out)
     except (*USER_ERRORS, ReportError, ValueError) as e:
         raise SystemExit(f"felix-jax report: {one_line(e)}")
     print(f"wrote {path}")
@@ -20,9 +20,10 @@ def _report(args: argparse.Namespace) -> int:
 
 def add_parser(sub) -> argparse.ArgumentParser:
     """The ``report`` command and its options."""
-    report = sub.add_parser("report", help="one self-contained HTML page of a comparison: table, figures, "
-                                           "settings, warnings")
-    report.add_argument("dir", help="a compare folder (summary.csv and runs/)")
-    report.add_argument("--out", help="the page (default DIR/report.html)")
+    report = sub.add_parser("report", help="one self-contained HTML page of a comparison or a run (table, "
+                                           "figures, the split, settings, warnings), or of several overlaid")
+    report.add_argument("dir", nargs="+", help="a compare folder (summary.csv and runs/) or a run folder "
+                                               "(metrics.csv); several: their runs overlaid on one page")
+    report.add_argument("--out", help="the page (default DIR/report.html; several folders: overlay-report.html)")
     report.set_defaults(func=_report)
     return report

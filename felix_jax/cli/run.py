@@ -85,10 +85,16 @@ def _run(args: argparse.Namespace) -> int:
     from ..experiment.results import OutputDirError, folder_lock, prepare_out_dir, remove_if_unused
 
     if args.list:
+        from ..experiment.plugin_listing import describe_plugin_entries, plugin_entries
+
         try:
+            plugins = parse_sets(args.set or []).get("plugins", "")
+            entries = plugin_entries(plugins) if plugins else None  # listed with the built-in ones below
             print_listing(args.preset)
-        except KeyError as e:
+        except (KeyError, ValueError) as e:
             raise SystemExit(f"felix-jax run: {one_line(e)}")
+        if entries is not None:
+            print("\n".join(describe_plugin_entries(plugins, entries)))
         return 0
     _check_run_arguments(args)  # before anything is written
     args.writers = metric_writers(args, "run")
@@ -115,9 +121,16 @@ def _run(args: argparse.Namespace) -> int:
     else:
         try:
             scenario = Scenario.from_file(args.config) if args.config else get_preset(args.preset)
-            scenario = scenario.with_overrides(parse_sets(args.set or []))
+            sets = parse_sets(args.set or [])
+            scenario = scenario.with_overrides(sets)
+            from ..experiment.own_data import own_data_defaults
+
+            # a user's NPZ with the default preset: a model that takes its inputs, its name (said in one line)
+            scenario, fitted = own_data_defaults(scenario, sets, chosen=args.preset_given or bool(args.config))
         except (KeyError, ValueError) as e:
             raise SystemExit(f"felix-jax run: {one_line(e)}")
+        if fitted:
+            print(fitted, flush=True)
         from ..experiment.naming import default_run_dir
 
         out = Path(args.out) if args.out else default_run_dir(scenario)  # the reading in it, where not the default

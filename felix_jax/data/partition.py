@@ -34,12 +34,15 @@ class Partition:
       counts: int32 ``(num_clients,)``, samples per client.
       num_samples: size of the partitioned data set (indices are < this).
       method: how it was made (for reports), e.g. ``"dirichlet(alpha=0.1)"``.
+      repaired: the clients the ``min_samples`` repair gave samples to (ascending; empty when
+        none were or the method has no repair).
     """
 
     index_table: np.ndarray
     counts: np.ndarray
     num_samples: int
     method: str = ""
+    repaired: tuple[int, ...] = ()
 
     def __post_init__(self):
         t, c = self.index_table, self.counts
@@ -171,18 +174,19 @@ def dirichlet_partition(
         cuts = np.rint(np.cumsum(p)[:-1] / p.sum() * len(idx)).astype(np.int64)
         sizes = np.diff(np.concatenate([[0], np.clip(cuts, 0, len(idx)), [len(idx)]]))
         owner[idx] = np.repeat(np.arange(num_clients), sizes)
-    moved = _repair_min_samples(owner, num_clients, min_samples, rng)
+    moved, needy = _repair_min_samples(owner, num_clients, min_samples, rng)
     method = f"dirichlet(alpha={alpha:g}, seed={seed}, min_samples={min_samples}, repaired={moved})"
-    return partition_from_assignment(owner, num_clients, method)
+    return dataclasses.replace(partition_from_assignment(owner, num_clients, method),
+                               repaired=tuple(int(c) for c in needy))
 
 
-def _repair_min_samples(owner: np.ndarray, num_clients: int, min_samples: int, rng) -> int:
+def _repair_min_samples(owner: np.ndarray, num_clients: int, min_samples: int, rng) -> tuple[int, np.ndarray]:
     """Move random samples from the largest clients to those under ``min_samples``
-    (in place). Returns the number of samples moved."""
+    (in place). Returns the number of samples moved and the clients that received them."""
     counts = np.bincount(owner, minlength=num_clients)
     needy = np.flatnonzero(counts < min_samples)
     if min_samples == 0 or needy.size == 0:
-        return 0
+        return 0, needy[:0]
     # Each client's samples in random order; donors give from the end of their run.
     order = np.lexsort((rng.random(owner.shape[0]), owner))
     ends = np.cumsum(counts)  # donor d's next sample to give: order[ends[d] - 1 - given[d]]
@@ -200,7 +204,7 @@ def _repair_min_samples(owner: np.ndarray, num_clients: int, min_samples: int, r
             counts[r] += 1
             moved += 1
             heapq.heappush(heap, (neg + 1, d))
-    return moved
+    return moved, needy
 
 
 def iid_partition(num_samples: int, num_clients: int, seed: Seed = 0) -> Partition:

@@ -29,9 +29,11 @@ from .resolution import check_fleet, fleet_config, stop_rule
 from .scenario import Scenario
 
 
-def build_simulator(sc: Scenario, on_checkpoint=None) -> FleetSimulator:
+def build_simulator(sc: Scenario, on_checkpoint=None, on_partition=None) -> FleetSimulator:
     """The fleet for ``sc``. Raises :class:`~felix_jax.options.OptionError` (one line) for a
-    scenario that is valid field by field but not as a whole, or not for its data."""
+    scenario that is valid field by field but not as a whole, or not for its data.
+    ``on_partition(partition, train_labels, num_classes)``: called with the clients' split once it
+    is drawn (the results folder's partition files, split.py)."""
     resolved = sc.resolve_strategy()
     strategy = resolved.strategy
     check_fleet(sc, strategy)
@@ -52,6 +54,8 @@ def build_simulator(sc: Scenario, on_checkpoint=None) -> FleetSimulator:
     except ValueError as e:  # what the data cannot give (too few samples of a key, of a class...): one line
         raise OptionError(f"partition={sc.partition} of {sc.num_clients} clients over data set {sc.dataset!r}: "
                           f"{e}") from None
+    if on_partition is not None:
+        on_partition(part, ds.train_y, ds.num_classes)
     model = make_model(sc.model, ds.input_shape, ds.num_classes)
     reading = sc.resolve_reading()
     train_cfg = LocalTrainConfig(batch_size=sc.batch_size, learning_rate=sc.learning_rate, mode=sc.local_mode,
@@ -64,7 +68,7 @@ def build_simulator(sc: Scenario, on_checkpoint=None) -> FleetSimulator:
     if not stream_cfg.is_static:  # client data streams over the run's horizon (data/streams.py)
         streams = build_streams(part, ds.train_y, ds.num_classes, stream_cfg, sc.max_virtual_hours * 3600,
                                 seed=seeds[4])
-        part = Partition(streams.index_table, part.counts, part.num_samples, part.method + "+stream")
+        part = Partition(streams.index_table, part.counts, part.num_samples, part.method + "+stream", part.repaired)
     data = to_device(ds, part)
     if streams is not None:
         data = data.replace(streams=streams_to_device(streams))
@@ -101,10 +105,10 @@ def _partition(sc: Scenario, ds, part_seed: int) -> Partition:
                               "(speakers, writers...) to partition by")
         return partition_by_key(ds.train_keys, sc.num_clients, seed=part_seed)
     elif sc.partition == "reference":
-        return dirichlet_sized_partition(ds.train_y, reference_sizes(sc.num_clients, len(ds.train_y)), sc.alpha,
+        return dirichlet_sized_partition(ds.train_y, _paper_sizes(sc, sc.num_clients, len(ds.train_y)), sc.alpha,
                                          seed=part_seed)
     elif sc.partition == "pool":  # a population larger than the data: clients draw from the whole pool
-        base = reference_sizes(min(300, len(ds.train_y)), len(ds.train_y))  # the paper's clients on this pool
+        base = _paper_sizes(sc, min(300, len(ds.train_y)), len(ds.train_y))  # the paper's clients on this pool
         return pool_partition(ds.train_y, base[np.arange(sc.num_clients) % base.size], sc.alpha, seed=part_seed)
     else:
         raise KeyError(f"unknown partition {sc.partition!r}; known: dirichlet, iid, natural (speaker), reference, "
@@ -139,7 +143,7 @@ def _check_population(sc: Scenario, num_samples: int) -> None:
                           f"and partition={sc.partition} gives each client samples of its own; use at most "
                           f"{num_samples} clients, more data, or partition=pool (clients draw from the whole set)")
     if sc.partition == "pool":  # the widest row: the largest of the paper's sizes on this pool
-        widest = int(reference_sizes(min(300, num_samples), num_samples).max())
+        widest = int(_paper_sizes(sc, min(300, num_samples), num_samples).max())
     else:  # rows of a split: the clients share the samples
         widest = -(-num_samples // sc.num_clients)
     n = sc.num_clients
@@ -151,6 +155,16 @@ def _check_population(sc: Scenario, num_samples: int) -> None:
                f"the clients' tables (about {per_client:,.0f} bytes per client: data index rows {data_row:,}, "
                f"availability trace {trace / max(n, 1):,.0f} (trace_form={sc.trace_form}), view and profile "
                f"{CLIENT_OVERHEAD_BYTES})")
+
+
+def _paper_sizes(sc: Scenario, num_clients: int, num_samples: int) -> np.ndarray:
+    """:func:`reference_sizes` for ``partition=pool`` / ``reference``; an OptionError (one line) saying
+    what they need where the data folder does not hold the paper's clients."""
+    try:
+        return reference_sizes(num_clients, num_samples)
+    except FileNotFoundError as e:
+        raise OptionError(f"partition={sc.partition} sizes its clients as the paper's 300 CIFAR-10 clients, read "
+                          f"from the data folder: {e}; without it use partition=dirichlet or iid") from None
 
 
 def reference_sizes(num_clients: int, num_samples: int) -> np.ndarray:

@@ -17,13 +17,16 @@ each cell's ``config.json`` / ``summary.json``):
   ``strategy`` and ``policies`` sections, and the scenario keys its cells set otherwise);
 * ``table.txt`` as written, with its footnotes on how each number is computed.
 
-``felix-jax compare`` writes it at the end; ``felix-jax report DIR`` writes it again.
+* each cell's split of the data (its ``partition.json``: samples per client, top-class share,
+  repaired clients);
+
+``felix-jax compare`` writes it at the end; ``felix-jax report DIR`` writes it again. A run folder
+gets its own page (report_run.py), several folders one overlaid page (report_overlay.py): see
+:func:`write_report`. Bytes read in the unit that fits them (units.py).
 """
 
 from __future__ import annotations
 
-import base64
-import html
 import json
 import time
 from pathlib import Path
@@ -31,7 +34,10 @@ from pathlib import Path
 from .cells import regime_label
 from .figures.comparison import FIGURES
 from .stats import pool_cells
+from .split import split_rows
 from .tables import FEW_SEEDS, few_seeds_warning, paired_text, per_seed_text, rows_from_summary_csv, sig
+from .units import bytes_text
+from .report_html import STYLE, ReportError, _e, _img, _json_pre, _num, _read_json, is_compare_folder  # noqa: F401
 
 REPORT_FILE = "report.html"
 AXES = ("strategy", "availability", "seed")
@@ -39,7 +45,7 @@ CAP_STOPS = ("target", "max_aggregations", "max_virtual_s")
 FIGURE_CAPTIONS = {
     "accuracy.png": "Test accuracy against virtual hours per regime: the mean over seeds, the band from the lowest "
                     "to the highest seed, the target dashed.",
-    "bytes.png": "GB moved per strategy (mean over seeds), training and eval stacked.",
+    "bytes.png": "Bytes moved per strategy (mean over seeds), training and eval stacked.",
     "cdfs.png": "Staleness at aggregation, utility age at a train pick, and aggregation weight relative to the "
                 "strategy's mean weight: CDFs per regime.",
     "time_to_target.png": "Virtual hours to the target seed by seed (filled: reached; open: the run's end), the "
@@ -50,59 +56,6 @@ FIGURE_CAPTIONS = {
                              "reached (the paper's rule on each run's curve): geometric mean, 95% t band, hollow "
                              "where not every seed of both reached the level; speedup_vs_target.csv has the numbers.",
 }
-
-
-class ReportError(ValueError):
-    """The folder is not a comparison's (one line)."""
-
-
-def _e(value) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
-
-
-def _num(value, digits: int = 3) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, int) or float(value).is_integer() and abs(value) < 1e15:
-        return f"{int(value):,}"
-    return sig(float(value), digits)
-
-
-def _img(path: Path, alt: str) -> str:
-    data = base64.b64encode(path.read_bytes()).decode("ascii")
-    return f'<img src="data:image/png;base64,{data}" alt="{_e(alt)}">'
-
-
-def _json_pre(value) -> str:
-    return f"<pre>{_e(json.dumps(value, indent=2, default=str))}</pre>"
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-STYLE = """
-body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; margin: 1.5em auto;
-       max-width: 1400px; padding: 0 1em; color: #1d1d1f; }
-h1 { font-size: 1.5em; margin-bottom: 0.2em; } h2 { font-size: 1.2em; margin-top: 1.6em; border-bottom: 1px solid #ccc; }
-.meta { color: #555; font-size: 0.9em; }
-table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0; }
-th, td { border: 1px solid #d0d0d0; padding: 0.25em 0.5em; text-align: right; vertical-align: top; }
-th { background: #f2f2f2; } td.l, th.l { text-align: left; }
-tr.ref td { background: #f5f9ff; }
-.warnings { background: #fff6e0; border: 1px solid #e0b040; padding: 0.5em 1em; }
-.warnings li { margin: 0.2em 0; }
-.ok { background: #eef8ee; border: 1px solid #8c8; padding: 0.5em 1em; }
-figure { margin: 1em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
-figcaption { color: #444; font-size: 0.85em; }
-pre { background: #f7f7f7; padding: 0.6em; overflow-x: auto; font-size: 0.8em; }
-details { margin: 0.4em 0; } summary { cursor: pointer; }
-.cells img { max-width: 48%; margin-right: 1%; }
-"""
 
 
 def _warnings(folder: Path, rows: list[dict], pooled: list[dict], strategies, regimes, figures) -> list[str]:
@@ -138,7 +91,7 @@ def _warnings(folder: Path, rows: list[dict], pooled: list[dict], strategies, re
 
 def _pooled_table(pooled: list[dict], reference: str) -> str:
     head = ("regime", "strategy", "n reached / seeds", "mean h", "std h", "95% CI h (log scale)",
-            f"paired x {reference} [95% CI]", f"{reference} wins", f"per-seed x {reference}", "GB (train + eval)",
+            f"paired x {reference} [95% CI]", f"{reference} wins", f"per-seed x {reference}", "bytes (train + eval)",
             "final accuracy (mean)", "aggregations (mean)")
     out = ["<table id='pooled'><thead><tr>" + "".join(
         f"<th class='l'>{_e(h)}</th>" if i < 2 else f"<th>{_e(h)}</th>" for i, h in enumerate(head))
@@ -153,26 +106,30 @@ def _pooled_table(pooled: list[dict], reference: str) -> str:
                  f"<td>{_num(p['hours_std'])}</td>", f"<td>{_e(ci)}</td>",
                  f"<td>{_e(paired_text(p) if p['strategy'] != reference else 'reference')}</td>",
                  f"<td>{_e(p['ref_wins'] or '-')}</td>", f"<td>{_e(per_seed_text(p['versus_reference']))}</td>",
-                 f"<td>{_num(p['gb_total'])} ({_num(p['gb_train'])} + {_num(p['gb_eval'])})</td>",
+                 f"<td>{_e(_gb_text(p['gb_total']))} ({_e(_gb_text(p['gb_train']))} + "
+                 f"{_e(_gb_text(p['gb_eval']))})</td>",
                  f"<td>{_num(p['final_accuracy'])}</td>", f"<td>{_num(p['aggregations'])}</td>"]
         out.append(f"<tr{cls}>" + "".join(cells) + "</tr>")
     out.append("</tbody></table>")
     return "\n".join(out)
 
 
+def _gb_text(gb: float | None) -> str:
+    return bytes_text(None if gb is None else gb * 1e9)
+
+
 def _runs_table(rows: list[dict]) -> str:
     head = ("strategy", "regime", "seed", "hours to target", "final accuracy", "best accuracy", "aggregations",
-            "GB total", "staleness P50", "stop reason", "host s")
+            "bytes total", "staleness P50", "stop reason", "host s")
     out = ["<table id='runs'><thead><tr>" + "".join(
         f"<th class='l'>{_e(h)}</th>" if i < 2 or h == "stop reason" else f"<th>{_e(h)}</th>"
         for i, h in enumerate(head)) + "</tr></thead><tbody>"]
     for r in rows:
-        gb = None if r.get("bytes_total") is None else r["bytes_total"] / 1e9
         out.append("<tr>" + "".join((
             f"<td class='l'>{_e(r['strategy'])}</td>", f"<td class='l'>{_e(regime_label(r['availability']))}</td>",
             f"<td>{_e(r['seed'])}</td>", f"<td>{_num(r.get('time_to_target_h'))}</td>",
             f"<td>{_num(r.get('final_accuracy'))}</td>", f"<td>{_num(r.get('best_accuracy'))}</td>",
-            f"<td>{_num(r.get('aggregations'))}</td>", f"<td>{_num(gb)}</td>", f"<td>{_num(r.get('staleness_p50'))}</td>",
+            f"<td>{_num(r.get('aggregations'))}</td>", f"<td>{_e(bytes_text(r.get('bytes_total')))}</td>", f"<td>{_num(r.get('staleness_p50'))}</td>",
             f"<td class='l'>{_e(r.get('stop_reason'))}</td>", f"<td>{_num(r.get('host_seconds'))}</td>")) + "</tr>")
     out.append("</tbody></table>")
     return "\n".join(out)
@@ -215,11 +172,31 @@ def _settings(rows: list[dict], strategies: list[str]) -> str:
     return "\n".join(out)
 
 
+def _split_table(rows: list[dict]) -> str:
+    cells = split_rows(rows)
+    if not cells:
+        return "<p>No cell has a partition.json (cells written before the split was recorded).</p>"
+    head = ("strategy", "regime", "seed", "clients", "samples min / median / max", "mean top-class share",
+            "with one sample", "repaired", "drawn as")
+    out = ["<table id='split'><thead><tr>" + "".join(
+        f"<th class='l'>{_e(h)}</th>" if i < 2 or i == len(head) - 1 else f"<th>{_e(h)}</th>"
+        for i, h in enumerate(head)) + "</tr></thead><tbody>"]
+    for c in cells:
+        out.append("<tr>" + "".join((
+            f"<td class='l'>{_e(c['strategy'])}</td>", f"<td class='l'>{_e(regime_label(c['availability']))}</td>",
+            f"<td>{_e(c['seed'])}</td>", f"<td>{_num(c['num_clients'])}</td>",
+            f"<td>{_num(c['min'])} / {_num(c['median'])} / {_num(c['max'])}</td>",
+            f"<td>{_num(c['mean_top_class_share'])}</td>", f"<td>{_num(c['clients_with_one_sample'])}</td>",
+            f"<td>{_num(c['repaired_clients'])}</td>", f"<td class='l'>{_e(c['method'])}</td>")) + "</tr>")
+    out.append("</tbody></table>")
+    return "\n".join(out)
+
+
 def _cell_figures(rows: list[dict]) -> str:
     out = []
     for r in rows:
         run_dir = Path(r["run_dir"])
-        images = [n for n in ("accuracy.png", "participation.png") if (run_dir / n).is_file()]
+        images = [n for n in ("accuracy.png", "participation.png", "partition.png") if (run_dir / n).is_file()]
         if not images:
             continue
         label = f"{r['strategy']} | {regime_label(r['availability'])} | seed {r['seed']}"
@@ -229,16 +206,23 @@ def _cell_figures(rows: list[dict]) -> str:
 
 
 def render_report(folder: str | Path) -> str:
-    """The report's HTML for a comparison folder (see the module docstring)."""
+    """The report's HTML for a comparison folder (see the module docstring), or a run folder's page
+    (report_run.py); a ReportError (one line) for a folder that is neither or does not exist."""
     folder = Path(folder)
-    if not ((folder / "summary.csv").is_file() and (folder / "runs").is_dir()):
-        raise ReportError(f"{folder} is not a compare folder (it needs summary.csv and runs/)")
+    from .report_html import is_run_folder, not_a_results_folder
+    from .report_run import render_run_report
+
+    if not is_compare_folder(folder):
+        if is_run_folder(folder):
+            return render_run_report(folder)
+        raise ReportError(not_a_results_folder(folder))
     rows = rows_from_summary_csv(folder)
     if not rows:
         raise ReportError(f"{folder}/summary.csv holds no runs")
-    strategies = list(dict.fromkeys(r["strategy"] for r in rows))
-    regimes = list(dict.fromkeys(r["availability"] for r in rows))
-    reference = "felix" if "felix" in strategies else strategies[0]
+    from .sweep_axes import read_view
+
+    view = read_view(folder, rows)  # a swept field of the scenario's world as an axis, the reference compare used
+    rows, strategies, regimes, reference = view.rows, view.strategies, view.regimes, view.reference
     pooled = pool_cells(rows, strategies, regimes, reference)
     figures = [n for n in FIGURES if (folder / n).is_file()]
     figures += sorted(p.name for p in folder.glob("*.png") if p.name not in figures)
@@ -247,11 +231,16 @@ def render_report(folder: str | Path) -> str:
     target = next((c.get("scenario", {}).get("target_accuracy") for c in
                    (_read_json(Path(r["run_dir"]) / "config.json") for r in rows) if c), None)
     scenario = rows[0].get("scenario") or ""
+    from .report_run import data_text
+
+    datas = list(dict.fromkeys(data_text(c.get("scenario", {})) for c in
+                               (_read_json(Path(r["run_dir"]) / "config.json") for r in rows) if c))
     parts = ["<!DOCTYPE html>", "<html lang='en'><head><meta charset='utf-8'>",
              f"<title>felix-jax comparison: {_e(folder.resolve().name)}</title>",
              f"<style>{STYLE}</style></head><body>",
              f"<h1>felix-jax comparison: {_e(folder.resolve().name)}</h1>",
-             f"<p class='meta'>scenario {_e(scenario)}; {len(strategies)} strateg{'ies' if len(strategies) > 1 else 'y'}"
+             f"<p class='meta'>data {_e('; '.join(datas) or '(no cell config.json)')}; "
+             f"scenario {_e(scenario)}; {len(strategies)} strateg{'ies' if len(strategies) > 1 else 'y'}"
              f" x {len(regimes)} regime{'s' if len(regimes) > 1 else ''} x seeds {_e(', '.join(map(str, seeds)))} "
              f"({len(rows)} runs); target accuracy {_e(target if target is not None else 'none')}; reference "
              f"{_e(reference)}; written {_e(time.strftime('%Y-%m-%d %H:%M'))} from {_e(folder.resolve())}</p>"]
@@ -270,7 +259,8 @@ def render_report(folder: str | Path) -> str:
     for name in figures:
         parts.append(f"<figure>{_img(folder / name, name)}<figcaption><b>{_e(name)}</b>: "
                      f"{_e(FIGURE_CAPTIONS.get(name, ''))}</figcaption></figure>")
-    parts += ["<h2>Each run's figures</h2>", _cell_figures(rows), "<h2>Settings</h2>", _settings(rows, strategies)]
+    parts += ["<h2>The split of the data, per cell</h2>", _split_table(rows), "<h2>Each run's figures</h2>",
+              _cell_figures(rows), "<h2>Settings</h2>", _settings(rows, strategies)]
     table = folder / "table.txt"
     if table.is_file():
         parts += ["<h2>table.txt</h2>", f"<pre id='table-txt'>{_e(table.read_text())}</pre>"]
@@ -278,11 +268,30 @@ def render_report(folder: str | Path) -> str:
     return "\n".join(parts) + "\n"
 
 
-def write_report(folder: str | Path, out: str | Path | None = None) -> Path:
-    """Writes :func:`render_report` to ``out`` (default ``folder/report.html``, replaced atomically)."""
+def write_report(folder: str | Path | list, out: str | Path | None = None) -> Path:
+    """Writes :func:`render_report` to ``out`` (default ``folder/report.html``, replaced atomically).
+    ``folder`` a list of several folders (runs or comparisons): their overlay (report_overlay.py), by
+    default ``overlay-report.html`` in the current folder."""
+    if isinstance(folder, (list, tuple)):
+        from .report_overlay import OVERLAY_FILE, render_overlay_report
+
+        if len(folder) == 1:
+            folder = folder[0]
+        else:
+            missing = [Path(f) for f in folder if not Path(f).is_dir()]
+            if missing:
+                from .report_html import not_a_results_folder
+
+                raise ReportError(not_a_results_folder(missing[0]))
+            path = Path(out) if out is not None else Path(OVERLAY_FILE)
+            text = render_overlay_report(list(folder))
+            return _replace(path, text)
     folder = Path(folder)
     path = Path(out) if out is not None else folder / REPORT_FILE
-    text = render_report(folder)
+    return _replace(path, render_report(folder))
+
+
+def _replace(path: Path, text: str) -> Path:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)

@@ -34,7 +34,8 @@ from ..traces.data_paths import DataFileError, reading
 METRIC_COLUMNS = ["time_s", "hours", "version", "accuracy", "loss", "bytes_total", "staleness_mean", "interval_s"]
 # what a run writes into its folder (a replacing run replaces these and its snapshot, nothing else)
 RESULT_FILES = ("config.json", "metrics.csv", "summary.json", "distributions.json", "accuracy.png", EVENTS_FILE,
-                "participation.png", "tensorboard", TEST_HITS_FILE)  # tensorboard/: --log-to tensorboard (experiment/writers/)
+                "participation.png", "tensorboard", TEST_HITS_FILE,  # tensorboard/: --log-to tensorboard (experiment/writers/)
+                "partition.csv", "partition.json", "partition.png", "partition.npz")  # the clients' split (split.py)
 SNAPSHOT_DIR = "snapshot"  # a run's snapshots (felix_jax.fleet.snapshot), for --resume
 
 

@@ -25,8 +25,9 @@ from .progress import RunProgress, StopProgress  # noqa: F401
 from .resolution import (RECORD_SECTIONS, RESOLVED_SECTIONS, check_fleet, check_recorded_config,  # noqa: F401
                          fleet_config, resolved_sections, stop_rule)
 from .event_log import EVENTS_FILE
-from .results import (SNAPSHOT_DIR, MetricsStream, folder_lock, live_metrics, prepare_out_dir, staged_results,
-                      summarize, write_config, write_results)
+from .results import (SNAPSHOT_DIR, MetricsStream, folder_lock, live_metrics, prepare_out_dir, run_title,
+                      staged_results, summarize, write_config, write_results)
+from .split import SPLIT_FILES, Split, write_split
 from .scenario import Scenario
 from .stops import (FAILURE_TYPES, RESUMABLE_STOPS, StopOnSignals, failure_line, failure_message,
                     finished_stop_reason, replay_to_last_event)
@@ -124,7 +125,7 @@ def _run(sc, out_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_
                                writers=writers, final_out=out, scenario_file=scenario_file)
         except FAILURE_TYPES as e:
             if not resume and getattr(e, "stopped_after", None) is None and getattr(e, "no_snapshot", None) is None:
-                for name in ("config.json", "metrics.csv", EVENTS_FILE):  # failed before its first event: as it was
+                for name in ("config.json", "metrics.csv", EVENTS_FILE, *SPLIT_FILES):  # failed before its first event
                     (write_dir / name).unlink(missing_ok=True)
             raise
         failed = result.plugin_error
@@ -157,7 +158,9 @@ def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every
 
     with StopOnSignals(stop_on_signals) as signals:
         try:
-            sim = build_simulator(sc, on_checkpoint=on_checkpoint)
+            splits = []  # the clients' split, on record in the folder (split.py)
+            sim = build_simulator(sc, on_checkpoint=on_checkpoint, on_partition=None if out is None else
+                                  lambda part, labels, k: splits.append(Split.of(part, labels, k)))
             if batch is not None:
                 batch.attach(sim)
             if resume:
@@ -167,6 +170,7 @@ def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every
             config[INPUTS_SECTION] = fingerprint_inputs(sc, scenario_file)
             if out is not None:
                 write_config(out, config)
+                write_split(out, splits[0], plot=plot, title=run_title(config))
                 # rows go to events.csv as the run goes (a resumed run's file is cut back to its snapshot)
                 sim.stream_events(out / EVENTS_FILE)
                 stream = MetricsStream(out / "metrics.csv")

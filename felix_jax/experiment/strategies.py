@@ -127,6 +127,7 @@ STRATEGIES: dict[str, Strategy] = {
                  "probability epsilon)", selector_options=_FEDSCALE_OORT_ASYNC),
     ]
 }
+BUILT_IN_STRATEGIES = frozenset(STRATEGIES)  # the names above; plugins.strategy adds others
 
 
 def get_strategy(name: str) -> Strategy:

@@ -3,6 +3,7 @@
 - ``style.py``: what every figure shares, defined once: resolution and saving, font sizes, the grid,
   the palette, each strategy's color and line style, the legend under the panels;
 - ``run.py``: a run's ``accuracy.png`` and ``participation.png``;
+- ``split.py``: a run's ``partition.png`` (samples and label shares per client);
 - ``comparison.py``: a comparison's ``accuracy.png``, ``bytes.png``, ``cdfs.png`` and
   ``time_to_target.png`` (``felix-jax compare``, ``felix-jax plot``);
 - ``paper.py``: the paper's diagnostic figures from a matrix (``selection.png``, ``eval_tier.png``,

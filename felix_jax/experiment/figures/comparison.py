@@ -1,6 +1,6 @@
 """A comparison's figures (``felix-jax compare``, ``felix-jax plot`` of a comparison's folder):
 ``accuracy.png`` (accuracy against virtual hours per regime, the mean over seeds with a min-max band),
-``bytes.png`` (GB per strategy, train and eval stacked), ``cdfs.png`` (staleness, utility age and
+``bytes.png`` (bytes per strategy in the unit that fits, train and eval stacked), ``cdfs.png`` (staleness, utility age and
 relative aggregation weights) and ``time_to_target.png`` (hours to the target seed by seed, their
 mean with its 95% interval, and each strategy's paired ratio to the reference), and
 ``speedup_vs_target.png`` (that ratio along the learning curve, ``figures/curve.py``), drawn from the rows
@@ -19,6 +19,7 @@ from ..cells import regime_label
 from ..curve import speedup_along_curve
 from ..stats import default_reference, hours_stats, paired_ratio, pool_cells, versus_reference
 from ..tables import sig, target_of
+from ..units import byte_unit
 from .curve import plot_speedup_vs_target
 from .style import (EVAL_COLOR, FONT_L, FONT_M, FONT_S, GRID_ALPHA, NOTE_COLOR, TRAIN_COLOR, labels_width,
                     legend_below, no_values_note, pyplot, save, strategy_styles)
@@ -97,8 +98,8 @@ def plot_comparison(rows: list[dict], strategies: list[str], regimes: list[str],
                     target: float | None = None, reference: str | None = None,
                     paper_ratios: dict | None = None) -> list[Path]:
     """``accuracy.png`` (mean over seeds with a min-max band, the target line, shared axes, one
-    legend below), ``bytes.png`` (GB per strategy, train and eval stacked, each bar labelled with its
-    total and eval share), ``cdfs.png`` (per regime: staleness at aggregation, utility age at a train
+    legend below), ``bytes.png`` (bytes per strategy in the unit that fits, train and eval stacked,
+    each bar labelled with its total and eval share), ``cdfs.png`` (per regime: staleness at aggregation, utility age at a train
     pick and aggregation weight relative to the strategy's mean weight; a strategy with no such
     values says so) and, when there is a target, ``time_to_target.png`` (:func:`plot_time_to_target`).
     Every strategy keeps one color and line style (:func:`strategy_styles`); the ``reference``
@@ -152,22 +153,24 @@ def plot_comparison(rows: list[dict], strategies: list[str], regimes: list[str],
     rows_in = len(strategies)  # horizontal bars: a long label (a sweep's variant) reads along its row
     fig, axes = plt.subplots(1, len(regimes), figsize=(4.2 * len(regimes) + labels_width(strategies),
                                                        1.3 + 0.4 * rows_in), squeeze=False, sharex=True, sharey=True)
-    top = max([p["gb_train"] + p["gb_eval"] for p in pooled.values()] or [0.0])
+    unit, per_unit = byte_unit(max([(p["gb_train"] + p["gb_eval"]) * 1e9 for p in pooled.values()] or [0.0]))
+    scale = 1e9 / per_unit  # the pooled means are in GB: drawn in the unit that fits the largest
+    top = max([(p["gb_train"] + p["gb_eval"]) * scale for p in pooled.values()] or [0.0])
     for ax, rg in zip(axes[0], regimes):
         names = [st for st in strategies if (st, rg) in pooled]
-        train = [pooled[st, rg]["gb_train"] for st in names]
-        ev = [pooled[st, rg]["gb_eval"] for st in names]
+        train = [pooled[st, rg]["gb_train"] * scale for st in names]
+        ev = [pooled[st, rg]["gb_eval"] * scale for st in names]
         y = [strategies.index(st) for st in names]
         ax.barh(y, train, label="train", color=TRAIN_COLOR)
         ax.barh(y, ev, left=train, label="eval", color=EVAL_COLOR)
         for yi, t, e in zip(y, train, ev):
             share = f", eval {100 * e / (t + e):.1f}%" if e > 0 else ""
-            ax.annotate(f"{sig(t + e)} GB{share}", (t + e, yi), ha="left", va="center", fontsize=FONT_S,
+            ax.annotate(f"{sig(t + e)} {unit}{share}", (t + e, yi), ha="left", va="center", fontsize=FONT_S,
                         xytext=(3, 0), textcoords="offset points")
         ax.set_yticks(np.arange(rows_in), strategies, fontsize=FONT_S)
         ax.set_ylim(rows_in - 0.5, -0.5)  # the first strategy on top
         ax.set_title(regime_label(rg))
-        ax.set_xlabel("GB moved (mean over seeds)")
+        ax.set_xlabel(f"{unit} moved (mean over seeds)")
         ax.set_xlim(0, top * 1.05 if top > 0 else 1.0)
         ax.grid(alpha=GRID_ALPHA, axis="x")
         ax.set_axisbelow(True)  # the grid behind the bars and their labels
@@ -259,6 +262,32 @@ def _paired_ratio_panels(axes, rows: list[dict], others: list[str], regimes: lis
     axes[0].set_ylabel(f"x {reference} (right: seeds both reached)", fontsize=FONT_M)
 
 
+INTERVAL_ROOM = 1.6  # an interval may stretch the hours axis to this many times the furthest point
+
+
+def interval_axis_end(furthest_point: float, interval_ends: list[float]) -> float:
+    """The hours axis' end: room for the furthest point (x 1.08) and for the intervals' ends, but at most
+    :data:`INTERVAL_ROOM` times the furthest point, so that a wide interval (few seeds) does not squash
+    the points; an interval past the end is cut there (:func:`_draw_interval`)."""
+    if furthest_point <= 0:
+        return max([1.0] + [h * 1.03 for h in interval_ends])
+    room = furthest_point * 1.08
+    return max(room, min(max([0.0] + interval_ends) * 1.03, furthest_point * INTERVAL_ROOM))
+
+
+def _draw_interval(ax, centre: float, y: float, low: float, high: float, right: float) -> None:
+    """The mean's bar and its interval; an interval ending past ``right`` runs to the edge as an arrow
+    and its end is written there."""
+    cut = high > right
+    shown = right * 0.985 if cut else high
+    ax.errorbar(centre, y, xerr=[[centre - low], [shown - centre]], fmt="|", color="k", ms=11, mew=2.2,
+                capsize=3 if not cut else 0, lw=1, zorder=4)
+    if cut:
+        ax.plot(shown, y, ">", color="k", ms=5, zorder=4)
+        ax.annotate(f"to {sig(high)} h", (shown, y), xytext=(-4, 6), textcoords="offset points", ha="right",
+                    va="bottom", fontsize=FONT_S)
+
+
 def plot_time_to_target(rows: list[dict], strategies: list[str], regimes: list[str], out: Path,
                         target: float | None = None, reference: str | None = None) -> Path:
     """``time_to_target.png``: one panel per regime, a row per strategy: a point per seed (spread
@@ -278,7 +307,8 @@ def plot_time_to_target(rows: list[dict], strategies: list[str], regimes: list[s
     reference = default_reference(strategies) if reference is None else reference
     styles = strategy_styles(strategies, reference)
     rows_in = len(strategies)  # a row per strategy: a long label (a sweep's variant) reads along it
-    xmax = 0.0  # the furthest point or interval end of any panel: the shared hours axis spans it
+    xmax = 0.0  # the furthest point or mean of any panel: the shared hours axis spans it
+    intervals = []  # (axes, mean, row, low, high): drawn once the axis is known (a wide one is cut at its edge)
     drawn: set[str] = set()  # what the legend explains: a seed that missed, a mean with its interval
     others = [st for st in strategies if st != reference] if reference in strategies else []
     ratio_rows = 1 if others else 0
@@ -313,10 +343,8 @@ def plot_time_to_target(rows: list[dict], strategies: list[str], regimes: list[s
             stats = hours_stats(reached)
             if stats["n"] >= 2 and stats["ci95_low"] is not None:  # one seed's mean is that seed's point
                 drawn.add("mean")
-                centre = stats["geomean"]
-                ax.errorbar(centre, y + 0.24, xerr=[[centre - stats["ci95_low"]], [stats["ci95_high"] - centre]],
-                            fmt="|", color="k", ms=11, mew=2.2, capsize=3, lw=1, zorder=4)
-                xmax = max(xmax, stats["ci95_high"])
+                intervals.append((ax, stats["geomean"], y + 0.24, stats["ci95_low"], stats["ci95_high"]))
+                xmax = max(xmax, stats["geomean"])
             ax.annotate(f"{len(reached)}/{len(sel)}", (1.0, y), xycoords=("axes fraction", "data"), xytext=(4, 0),
                         textcoords="offset points", va="center", fontsize=FONT_S)
         ax.set_yticks(np.arange(rows_in), strategies, fontsize=FONT_S)
@@ -326,7 +354,10 @@ def plot_time_to_target(rows: list[dict], strategies: list[str], regimes: list[s
         ax.xaxis.set_major_locator(MaxNLocator(nbins=5))
         ax.grid(alpha=GRID_ALPHA, axis="x")
     axes[0][0].set_ylabel("strategy (right: seeds that reached it / run)", fontsize=FONT_M)  # shared rows: once
-    axes[0][0].set_xlim(0, xmax * 1.08 if xmax > 0 else 1.0)  # from 0, with room for the furthest marker
+    right = interval_axis_end(xmax, [high for *_, high in intervals])
+    for ax, centre, y, low, high in intervals:
+        _draw_interval(ax, centre, y, low, high, right)
+    axes[0][0].set_xlim(0, right)  # from 0, with room for the furthest marker
     if target is not None:
         fig.suptitle(f"time to target accuracy {target:g} (the mean of the last 20 test accuracies and the last one)",
                      fontsize=FONT_L)

@@ -3,7 +3,8 @@ virtual hours, the target dashed) and ``participation.png`` (updates aggregated 
 each client's updates entered an aggregation). They draw what they are given: the checkpoints come
 from results.py (:func:`~felix_jax.experiment.results.plot_accuracy`, which refuses a run without
 any), the counts and fairness indices from event_log.py
-(:func:`~felix_jax.experiment.event_log.plot_participation`)."""
+(:func:`~felix_jax.experiment.event_log.plot_participation`). ``felix-jax report RUN_DIR`` adds its
+curves (:func:`run_curves_figure`: accuracy, bytes moved, staleness), drawn for the page only."""
 
 from __future__ import annotations
 
@@ -60,3 +61,40 @@ def participation_figure(counts: np.ndarray, stats: dict, aggregated: list[tuple
     fig.suptitle(title, fontsize=FONT_XL)
     fig.tight_layout()
     return save(fig, path, tight=False)
+
+
+def run_curves_figure(checkpoints: list, staleness: list, path: str | Path, title: str = "",
+                      target: float | None = None) -> Path:
+    """A run's curves for its report: test accuracy and bytes moved (in the unit that fits) against
+    virtual hours, and the staleness of the aggregated updates (a histogram; none: said so)."""
+    from ..units import byte_unit
+
+    plt = pyplot()
+    fig, (acc, moved, stale) = plt.subplots(1, 3, figsize=(13, 3.6))
+    hours = [c.time_s / 3600 for c in checkpoints]
+    acc.plot(hours, [c.accuracy for c in checkpoints], lw=1.2)
+    if target:
+        acc.axhline(target, color="grey", ls="--", lw=0.8)
+    acc.set_xlabel("virtual hours")
+    acc.set_ylabel("test accuracy")
+    acc.set_title("test accuracy", fontsize=FONT_L)
+    unit, per_unit = byte_unit(max(c.bytes_total for c in checkpoints))
+    moved.plot(hours, [c.bytes_total / per_unit for c in checkpoints], lw=1.2, color=TRAIN_COLOR)
+    moved.set_xlabel("virtual hours")
+    moved.set_ylabel(f"{unit} moved (train + eval, cumulative)")
+    moved.set_title("bytes moved", fontsize=FONT_L)
+    if staleness:
+        values = np.asarray(staleness, np.float64)
+        edges = np.arange(-0.5, values.max() + 1.5) if values.max() <= 60 else 30
+        stale.hist(values, bins=edges, color=TRAIN_COLOR, edgecolor="white")
+        stale.set_title(f"staleness of {values.size} aggregated updates (P50 {np.median(values):g})", fontsize=FONT_L)
+    else:
+        stale.text(0.5, 0.5, "no aggregated updates", ha="center", va="center", transform=stale.transAxes)
+        stale.set_title("staleness", fontsize=FONT_L)
+    stale.set_xlabel("staleness (rounds)")
+    stale.set_ylabel("updates")
+    for ax in (acc, moved, stale):
+        ax.grid(alpha=GRID_ALPHA)
+    fig.suptitle(title, fontsize=FONT_XL)
+    fig.tight_layout()
+    return save(fig, path, dpi=ACCURACY_DPI, tight=False)

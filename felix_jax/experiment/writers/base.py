@@ -23,7 +23,7 @@ MLFLOW_DB = "mlflow.db"  # the default MLflow store, in the results folder (a co
 MLFLOW_ARTIFACTS = "mlartifacts"
 RUN_DIR_TAG = "felix_jax.results_folder"  # an MLflow run's results folder (absolute path)
 ARTIFACT_FILES = ("config.json", "metrics.csv", "summary.json", "distributions.json", "events.csv", "accuracy.png",
-                  "participation.png")
+                  "participation.png", "partition.csv", "partition.json", "partition.png", "partition.npz")
 FINAL_STATUSES = ("FINISHED", "FAILED")
 
 
