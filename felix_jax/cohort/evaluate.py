@@ -81,15 +81,23 @@ def evaluate_many(model: Model, versions: list[Params], test: HeldOutSet, chunk:
     ``pad_to`` repeats the last version up to that many (one compiled shape for
     every batch of at most ``pad_to``); the padding's results are dropped.
     """
+    n = _test_size(test)
+    if not versions:
+        return []
+    results = jax.device_get(_eval_versions(model, _padded(versions, pad_to), test, min(chunk, n)))
+    return [held_out_metrics(float(c) / n, float(s) / n) for c, s in results[:len(versions)]]
+
+
+def _test_size(test: HeldOutSet) -> int:
     n = int(test.y.shape[0])
     if n == 0:
         raise ValueError("empty test set")
-    if not versions:
-        return []
-    size = max(len(versions), pad_to or 0)
-    padded = tuple(versions) + (versions[-1],) * (size - len(versions))
-    results = jax.device_get(_eval_versions(model, padded, test, min(chunk, n)))[:len(versions)]
-    return [held_out_metrics(float(c) / n, float(s) / n) for c, s in results]
+    return n
+
+
+def _padded(versions: list[Params], pad_to: int | None) -> tuple:
+    """``versions`` with the last repeated up to ``pad_to`` (one compiled shape per batch size)."""
+    return tuple(versions) + (versions[-1],) * (max(len(versions), pad_to or 0) - len(versions))
 
 
 def _eval_hits_impl(model: Model, params: Params, test: HeldOutSet, chunk: int):
@@ -124,15 +132,12 @@ def evaluate_hits(model: Model, versions: list[Params], test: HeldOutSet, chunk:
     ``np.packbits`` of the (n,) correctness (ceil(n / 8) uint8 bytes a version). The accuracy is the
     count of those bits over n, the same number :func:`evaluate` gives: the accuracy on any subset of
     the test set can then be read from the bits (:mod:`felix_jax.experiment.test_hits`)."""
-    n = int(test.y.shape[0])
-    if n == 0:
-        raise ValueError("empty test set")
+    n = _test_size(test)
     if not versions:
         return []
-    size = max(len(versions), pad_to or 0)
-    padded = tuple(versions) + (versions[-1],) * (size - len(versions))
-    results = jax.device_get(_eval_hits_versions(model, padded, test, min(chunk, n)))[:len(versions)]
-    return [(HeldOutMetrics(float(c) / n, float(s) / n), np.packbits(np.asarray(h, bool))) for c, s, h in results]
+    results = jax.device_get(_eval_hits_versions(model, _padded(versions, pad_to), test, min(chunk, n)))
+    return [(held_out_metrics(float(c) / n, float(s) / n), np.packbits(np.asarray(h, bool)))
+            for c, s, h in results[:len(versions)]]
 
 
 @partial(jax.jit, static_argnums=(0, 3, 4))
