@@ -321,7 +321,10 @@ FIELD_HELP: dict[str, str] = {
     "utility_from": "statistical utility from the first batch (FeLiX code) or all local steps",
     "semantics": "reading of the paper: paper (its text) or paper_code (the authors' code as it ran; docs/readings.md)",
     "reading": "switches of the reading, over semantics (reading.KEY=V; run --list: reading switches)",
-    "target_accuracy": "time-to-target: mean of the last 20 test accuracies and the last one reach it (none: no target)",
+    "target_accuracy": "time-to-target: mean of the last stop_window test accuracies and the last one reach it "
+                       "(none: no target)",
+    "stop_window": "test accuracies the stop rule averages (fewer early on: those so far; "
+                   "reading.stop_window_fill=full waits for all)",
     "max_virtual_hours": "stop after this much virtual time",
     "max_aggregations": "stop after this many aggregations",
     "eval_every": "evaluate the test set every n aggregations",
