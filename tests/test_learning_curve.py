@@ -68,6 +68,9 @@ def test_target_grid():
     np.testing.assert_allclose(target_grid(levels, [("a", 0), ("a", 1)], step=0.05), [0.15, 0.2, 0.25, 0.3, 0.35])
     assert len(target_grid(levels, [("b", 0)], step=0.05)) == 1  # 0.15 only
     assert len(target_grid({("a", 0): np.array([0.3, 0.3])}, [("a", 0)], step=0.05)) == 0
+    # a full-window rule: no level before the first full window; the start is that window's level
+    full = {("a", 0): np.array([-np.inf, -np.inf, 0.21, 0.4]), ("b", 0): np.array([-np.inf, 0.12, 0.3])}
+    np.testing.assert_allclose(target_grid(full, [("a", 0)], step=0.05), [0.25, 0.3, 0.35, 0.4])
 
 
 def _curve_rows(times_by):

@@ -21,9 +21,10 @@ class HeldOutMetrics(NamedTuple):
     loss: float
 
 
-def _scan_test(model: Model, params: Params, test: HeldOutSet, chunk: int, add, init):
+def _scan_test(model: Model, params: Params, test: HeldOutSet, chunk: int, add, init, keep_hits: bool = False):
     """Folds ``add(carry, y, losses, hits, valid)`` over the test set in chunks of ``chunk`` rows
-    (the last chunk padded; ``valid`` masks the padding)."""
+    (the last chunk padded; ``valid`` masks the padding). ``keep_hits``: also every sample's
+    correctness, (n,) bool, the very bits the fold was given: ``(carry, hits)``."""
     n = test.y.shape[0]
     num_chunks = -(-n // chunk)
     idx = jnp.arange(num_chunks * chunk).reshape(num_chunks, chunk)
@@ -33,19 +34,26 @@ def _scan_test(model: Model, params: Params, test: HeldOutSet, chunk: int, add, 
         rows = jnp.minimum(rows, n - 1)
         y = test.y[rows]
         losses, logits = model.loss(params, test.inputs(rows), y)
-        return add(carry, y, losses, (logits.argmax(-1) == y) & valid, valid), None
+        hit = (logits.argmax(-1) == y) & valid
+        return add(carry, y, losses, hit, valid), (hit if keep_hits else None)
 
-    return jax.lax.scan(body, init, idx)[0]
+    carry, hits = jax.lax.scan(body, init, idx)
+    return (carry, hits.reshape(-1)[:n]) if keep_hits else carry
+
+
+def _add_count_and_loss(carry, y, losses, hit, valid):
+    correct, loss_sum = carry
+    # explicit dtypes: under JAX_ENABLE_X64 a bare sum is int64/float64 and the carry would change type
+    return (correct + hit.sum(dtype=correct.dtype),
+            loss_sum + jnp.where(valid, losses, 0.0).sum().astype(loss_sum.dtype))
+
+
+def _count_and_loss_init():
+    return jnp.zeros((), jnp.int32), jnp.zeros((), jnp.float32)
 
 
 def _eval_chunks_impl(model: Model, params: Params, test: HeldOutSet, chunk: int):
-    def add(carry, y, losses, hit, valid):
-        correct, loss_sum = carry
-        # explicit dtypes: under JAX_ENABLE_X64 a bare sum is int64/float64 and the carry would change type
-        return (correct + hit.sum(dtype=correct.dtype),
-                loss_sum + jnp.where(valid, losses, 0.0).sum().astype(loss_sum.dtype))
-
-    return _scan_test(model, params, test, chunk, add, (jnp.zeros((), jnp.int32), jnp.zeros((), jnp.float32)))
+    return _scan_test(model, params, test, chunk, _add_count_and_loss, _count_and_loss_init())
 
 
 _eval_chunks = jax.jit(_eval_chunks_impl, static_argnums=(0, 3))
@@ -102,23 +110,9 @@ def _padded(versions: list[Params], pad_to: int | None) -> tuple:
 
 def _eval_hits_impl(model: Model, params: Params, test: HeldOutSet, chunk: int):
     """:func:`_eval_chunks_impl`'s count and loss, plus every test sample's correctness (bool (n,))."""
-    n = test.y.shape[0]
-    num_chunks = -(-n // chunk)
-    idx = jnp.arange(num_chunks * chunk).reshape(num_chunks, chunk)
-
-    def body(carry, rows):
-        correct, loss_sum = carry
-        valid = rows < n
-        rows = jnp.minimum(rows, n - 1)
-        y = test.y[rows]
-        losses, logits = model.loss(params, test.inputs(rows), y)
-        hit = (logits.argmax(-1) == y) & valid
-        carry = (correct + hit.sum(dtype=correct.dtype),
-                 loss_sum + jnp.where(valid, losses, 0.0).sum().astype(loss_sum.dtype))
-        return carry, hit
-
-    (correct, loss_sum), hits = jax.lax.scan(body, (jnp.zeros((), jnp.int32), jnp.zeros((), jnp.float32)), idx)
-    return correct, loss_sum, hits.reshape(-1)[:n]
+    (correct, loss_sum), hits = _scan_test(model, params, test, chunk, _add_count_and_loss,
+                                           _count_and_loss_init(), keep_hits=True)
+    return correct, loss_sum, hits
 
 
 @partial(jax.jit, static_argnums=(0, 3))

@@ -65,13 +65,13 @@ def crossing_times(times, accuracies, targets, window: int = 20, full_window: bo
 
 def target_grid(levels_by_run: dict, reference_runs: list, step: float = DEFAULT_STEP) -> np.ndarray:
     """The levels a comparison is read at: multiples of ``step`` from the first one above every run's
-    starting level (the untrained model's: below it, everyone is there at t=0) to the highest the
-    reference reaches on any seed. ``levels_by_run``: run -> :func:`rule_levels`. Empty when the
-    reference reaches nothing above the start."""
+    first level (the untrained model's; under a full-window rule, its first full window's: every level
+    up to it is reached at that same checkpoint by the run) to the highest the reference reaches on any
+    seed. ``levels_by_run``: run -> :func:`rule_levels`. Empty when the reference reaches nothing above
+    the start."""
     if not levels_by_run or not reference_runs:
         return np.zeros(0)
-    start = max(float(np.max(lv[:1 + int(np.argmax(np.isfinite(lv)))])) for lv in levels_by_run.values()
-                if np.isfinite(lv).any())
+    start = max(float(lv[np.isfinite(lv)][0]) for lv in levels_by_run.values() if np.isfinite(lv).any())
     top = max((float(np.max(levels_by_run[r])) for r in reference_runs if len(levels_by_run[r])), default=start)
     k0 = math.floor(start / step + 1e-9) + 1  # strictly above the start
     k1 = math.floor(top / step + 1e-9)

@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..data.dataset import subset_rows
 from ..traces.data_paths import DataFileError, reading
 
 TEST_HITS_FILE = "test_hits.npz"
@@ -94,7 +95,5 @@ def num_test_rows(num_train: int | None, num_test: int, train_total: int, test_t
     data set's whole test split (:func:`~felix_jax.data.dataset.subset_rows`: the same seeded draw,
     after the training rows'); for a run that kept the whole test set, the subset to pass to
     :func:`subset_accuracies` to read what that smaller test would have measured."""
-    from ..data.dataset import subset_rows
-
     rows = subset_rows(num_train, num_test, train_total, test_total)[1]
     return np.arange(test_total) if isinstance(rows, slice) else rows

@@ -725,7 +725,9 @@ class FleetSimulator:
         if not pending:
             return
         hits = [None] * len(pending)
-        if self.stop.keep_hits:  # the fixed test set (no live mix: refused with test_hits), bits kept
+        # keep_hits: the fixed test set (a live mix is refused with test_hits), its bits kept; in a sweep
+        # batch too, whose shared evaluator returns metrics only, so these runs evaluate on their own
+        if self.stop.keep_hits:
             out = evaluate_hits(self.model, [p.params for p in pending], self.test,
                                 pad_to=self.stop.eval_batch if self.stop.eval_batch > 1 else None)
             metrics, hits = [m for m, _ in out], [h for _, h in out]

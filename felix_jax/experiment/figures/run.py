@@ -19,16 +19,20 @@ def accuracy_figure(checkpoints: list, path: Path, title: str = "", target: floa
     """``accuracy.png`` of a run's test checkpoints (at least one)."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    hours = [c.time_s / 3600 for c in checkpoints]
-    ax.plot(hours, [c.accuracy for c in checkpoints], lw=1.2)
+    accuracy_panel(ax, checkpoints, target)
+    ax.set_title(title)
+    fig.tight_layout()
+    return save(fig, path, dpi=ACCURACY_DPI, tight=False)
+
+
+def accuracy_panel(ax, checkpoints: list, target: float | None = None) -> None:
+    """A run's test accuracy against virtual hours on ``ax``, the target dashed."""
+    ax.plot([c.time_s / 3600 for c in checkpoints], [c.accuracy for c in checkpoints], lw=1.2)
     if target:
         ax.axhline(target, color="grey", ls="--", lw=0.8)
     ax.set_xlabel("virtual hours")
     ax.set_ylabel("test accuracy")
-    ax.set_title(title)
     ax.grid(alpha=GRID_ALPHA)
-    fig.tight_layout()
-    return save(fig, path, dpi=ACCURACY_DPI, tight=False)
 
 
 def participation_figure(counts: np.ndarray, stats: dict, aggregated: list[tuple[float, int]], path: str | Path,
@@ -72,11 +76,7 @@ def run_curves_figure(checkpoints: list, staleness: list, path: str | Path, titl
     plt = pyplot()
     fig, (acc, moved, stale) = plt.subplots(1, 3, figsize=(13, 3.6))
     hours = [c.time_s / 3600 for c in checkpoints]
-    acc.plot(hours, [c.accuracy for c in checkpoints], lw=1.2)
-    if target:
-        acc.axhline(target, color="grey", ls="--", lw=0.8)
-    acc.set_xlabel("virtual hours")
-    acc.set_ylabel("test accuracy")
+    accuracy_panel(acc, checkpoints, target)
     acc.set_title("test accuracy", fontsize=FONT_L)
     unit, per_unit = byte_unit(max(c.bytes_total for c in checkpoints))
     moved.plot(hours, [c.bytes_total / per_unit for c in checkpoints], lw=1.2, color=TRAIN_COLOR)
