@@ -56,10 +56,11 @@ def base_scenario(folder: str):
     return fx.get_preset(FOLDERS[folder]).with_overrides(AS_RUN)
 
 
-def cell_order(seeds: list[int], regimes: list[str], folders: list[str]) -> list[tuple[str, str, str, int]]:
+def cell_order(seeds: list[int], regimes: list[str], folders: list[str],
+               strategies: list[str] = STRATEGIES) -> list[tuple[str, str, str, int]]:
     """(folder, strategy, regime, seed) in priority order: MobiPerf first, a whole seed at a time, then
     the paper's data, then 50%."""
-    return [(fo, st, rg, sd) for rg in regimes for fo in folders for sd in seeds for st in STRATEGIES]
+    return [(fo, st, rg, sd) for rg in regimes for fo in folders for sd in seeds for st in strategies]
 
 
 def compact_path(cells: Path, folder: str, strategy: str, regime: str, seed: int) -> Path:
@@ -226,6 +227,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--workers", type=int, default=2, help="cells run at once, in processes")
     ap.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated seeds")
     ap.add_argument("--regimes", default=",".join(REGIMES), help="comma-separated regimes")
+    ap.add_argument("--strategies", default=",".join(STRATEGIES),
+                    help="comma-separated strategies to run (the table reads every finished cell)")
     ap.add_argument("--folders", default=",".join(FOLDERS),
                     help="run folders to run, in order: longhorizon (steps a, b), paperdata (c)")
     ap.add_argument("--out", default="results/attribution", help="results folder")
@@ -243,7 +246,9 @@ def main(argv=None) -> dict:
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     regimes = [r for r in args.regimes.split(",") if r.strip()]
     folders = [f for f in args.folders.split(",") if f.strip()]
-    for name, given, known in (("regime", regimes, REGIMES), ("folder", folders, FOLDERS)):
+    strategies = [s for s in args.strategies.split(",") if s.strip()]
+    for name, given, known in (("regime", regimes, REGIMES), ("folder", folders, FOLDERS),
+                               ("strategy", strategies, NAMES)):
         bad = [g for g in given if g not in known]
         if bad:
             raise SystemExit(f"attribution: unknown {name} {bad[0]!r}; known: {', '.join(known)}")
@@ -257,7 +262,7 @@ def main(argv=None) -> dict:
     t0 = time.time()
     for fo in folders:
         base = base_scenario(fo)
-        todo = [(st, rg, sd) for f, st, rg, sd in cell_order(seeds, regimes, [fo])
+        todo = [(st, rg, sd) for f, st, rg, sd in cell_order(seeds, regimes, [fo], strategies)
                 if not compact_path(cells, f, st, rg, sd).is_file()]
         if not args.table_only and todo and time.time() - t0 < args.budget_s:
             print(f"== {fo}: {len(todo)} cells", flush=True)

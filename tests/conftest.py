@@ -59,7 +59,15 @@ XLA_CACHE_SETTINGS = {"jax_persistent_cache_min_compile_time_secs": 0.0,
 
 @pytest.fixture(scope="session", autouse=True)
 def session_compilation_cache(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("xla-cache")
+    # under pytest-xdist (the default: addopts' -n) every worker is a session of its own, with its own
+    # base folder inside the run's: the workers of one run share one cache there, so a program one
+    # worker compiled is read back by the others. An entry read while another worker is still writing
+    # it fails to load, and jax then compiles the program itself (with a warning): never a wrong program.
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        folder = tmp_path_factory.mktemp("xla-cache")
+    else:
+        folder = tmp_path_factory.getbasetemp().parent / "xla-cache"
+        folder.mkdir(exist_ok=True)
     jax.config.update("jax_compilation_cache_dir", str(folder))
     with pytest.MonkeyPatch.context() as env:  # for the processes the tests start
         env.setenv("JAX_COMPILATION_CACHE_DIR", str(folder))

@@ -260,3 +260,15 @@ def test_attribution_tabulates_each_step_from_its_compact_cells(tmp_path):
     assert data["a/MobiPerf/oort-async-oracle"]["target"] == target  # (a) and (b): one preset's target
     assert "(a) today's long-horizon cell" in table and "(b) + the full" in table and "OORT+Async*" in table
     assert "oort-oracle" not in data and "x1.66" in table  # no OORT* cell; the paper's ratio shown
+
+
+def test_attribution_runs_the_strategies_named_and_refuses_an_unknown_one(capsys):
+    """``--strategies``: the cells of the named strategies alone, in the matrix's order; a name the
+    attribution does not know ends the script in one line naming the known ones (before any run)."""
+    attribution = load("attribution")
+    order = attribution.cell_order([0, 1], ["ref:mobiperf_3st_50"], ["longhorizon"], ["felix", "oort-async-oracle"])
+    assert order == [("longhorizon", st, "ref:mobiperf_3st_50", sd) for sd in (0, 1)
+                     for st in ("felix", "oort-async-oracle")]
+    assert len(attribution.cell_order([0], ["ref:mobiperf_3st_50"], ["longhorizon"])) == 3  # all three by default
+    with pytest.raises(SystemExit, match=r"unknown strategy 'fedbuff'; known: felix, oort-async-oracle, oort-oracle"):
+        attribution.main(["--strategies", "felix,fedbuff", "--out", "unused"])

@@ -5,7 +5,12 @@ import os
 import subprocess
 import sys
 
+import pytest
 
+
+# slow tier: the default tier's test_cli_probes.py::test_runs_in_float64 runs the same preset through the same
+# command under JAX_ENABLE_X64=1 (two aggregations); this one takes three and checks the accuracy's range
+@pytest.mark.slow
 def test_tiny_run_with_x64_enabled(tmp_path):
     env = {**os.environ, "JAX_ENABLE_X64": "1"}
     cmd = [sys.executable, "-m", "felix_jax.cli", "run", "--preset", "tiny", "--set", "max_aggregations=3",

@@ -43,8 +43,13 @@ def test_max_pool_floor_mode():
     assert float(y[0, 0, 0, 0]) == 6.0  # max of x[0, 0:2, 0:2] = 6 (row 1, col 1)
 
 
-def test_cnn_shift_formulation_equals_plain_flax_model_outputs_and_grads():
-    fast, plain = cifar_cnn("shift"), cifar_cnn("flax")
+# the tiny CNN (the long-horizon learner: every layer of the same code, narrower) in the default tier; the
+# paper's widths, 537,610 parameters, in the slow tier
+@pytest.mark.parametrize("widths", [{"conv": (8, 16, 32), "dense": (32, 32)},
+                                    pytest.param({}, marks=pytest.mark.slow, id="paper")],
+                         ids=lambda w: "tiny" if w else "paper")
+def test_cnn_shift_formulation_equals_plain_flax_model_outputs_and_grads(widths):
+    fast, plain = cifar_cnn("shift", **widths), cifar_cnn("flax", **widths)
     params = jax.jit(plain.init)(jax.random.key(1))
     chex.assert_trees_all_equal_shapes(params, fast.init(jax.random.key(1)))
     x = jax.random.normal(jax.random.key(2), (4, 32, 32, 3))

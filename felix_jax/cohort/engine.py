@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from functools import partial
+from functools import lru_cache, partial
 from typing import Literal, NamedTuple
 
 import jax
@@ -111,6 +111,21 @@ def _stats_to_host(stats: LossStats, idx: np.ndarray) -> LossStats:
     return LossStats(*(np.asarray(v)[idx] for v in stats))
 
 
+_COHORT_FNS = {"train": (train_init, train_step, train_final), "eval": (eval_init, eval_step, eval_final)}
+
+
+@lru_cache(maxsize=64)
+def _cohort_jit(kind: str, model: Model, cfg):
+    """The single-device jitted cohort program of ``kind`` for ``model`` and its local config: one per
+    (model, config) in the process, so every engine of the same model and config (the cells of a
+    matrix, the runs of a comparison, a resumed run) reuses the programs an earlier one traced and
+    compiled instead of tracing them again (jax caches by the function object; a fresh ``jax.jit`` per
+    engine would start empty). The model is a tuple of functions, hashed by identity: the built-in
+    models are made once per (name, input shape, classes) (``experiment.registry.make_model``)."""
+    init, step, final = _COHORT_FNS[kind]
+    return jax.jit(partial(run_cohort, init, step, final, model, cfg), static_argnames=("scan_len", "plan"))
+
+
 class CohortEngine:
     """Runs padded batches of client tasks; see the module docstring."""
 
@@ -175,10 +190,8 @@ class CohortEngine:
         self._template = None  # the model's parameter shapes, for the debug checks (on first use)
         if self.num_devices == 1:
             self._mesh = None
-            self._train_jit = jax.jit(partial(run_cohort, train_init, train_step, train_final, model, train_cfg),
-                                      static_argnames=("scan_len", "plan"))
-            self._eval_jit = jax.jit(partial(run_cohort, eval_init, eval_step, eval_final, model, self.eval_cfg),
-                                     static_argnames=("scan_len", "plan"))
+            self._train_jit = _cohort_jit("train", model, train_cfg)
+            self._eval_jit = _cohort_jit("eval", model, self.eval_cfg)
         else:
             self._mesh = jax.sharding.Mesh(np.array(self.devices), (CLIENTS_AXIS,))
             self._data_on_mesh = place_replicated(data, self._mesh)  # once: the data never changes

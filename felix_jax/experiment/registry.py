@@ -15,6 +15,7 @@ Reference traces have 300 clients; a scenario with more reuses them cyclically.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 import os
 import sys
 from pathlib import Path
@@ -278,6 +279,15 @@ def check_model_input(name: str, input_shape: tuple) -> None:
                           f"have shape {shape}")
 
 
+@lru_cache(maxsize=64)
+def _built_in_model(name: str, factory, input_shape: tuple, num_classes: int) -> Model:
+    """A built-in model, made once per (name, input shape, classes) in a process: its functions are then
+    the same objects in every run, so the jitted programs keyed on them (the cohort engine's, the test
+    evaluation's) are traced and compiled once, not once per run. (A plugin's factory is called anew
+    each time: a user's module may change between runs.)"""
+    return factory(input_shape, num_classes)
+
+
 def make_model(name: str, input_shape: tuple, num_classes: int) -> Model:
     try:
         factory = MODELS[name]
@@ -289,7 +299,8 @@ def make_model(name: str, input_shape: tuple, num_classes: int) -> Model:
         what = f"model {name!r} factory {getattr(factory, '__name__', 'make')}()"
         check_signature(what, factory, (tuple(input_shape), num_classes), "make(input_shape, num_classes) -> Model")
         factory = guarded(what, factory)
-    model = factory(tuple(input_shape), num_classes)
+    model = _built_in_model(name, factory, tuple(int(d) for d in input_shape), int(num_classes)) if not plugin \
+        else factory(tuple(input_shape), num_classes)
     if not isinstance(model, Model):
         raise OptionError(not_a_model(name, model))
     check_model_output(name, model, tuple(input_shape), num_classes, plugin=plugin)
