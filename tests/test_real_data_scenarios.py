@@ -38,15 +38,19 @@ FIDELITY_CPU = {"target_accuracy": "0.25", "num_test": "250", "max_virtual_hours
 
 
 @CIFAR_AND_TRACES
-def test_fidelity_ordering_at_50_percent_felix_before_oort_async():
-    """Regression check on the paper's ordering at 50% (ref:syn_50, the paper's own trace,
-    true time scale), cifar10-fidelity at 1 seed and a reduced budget: FeLiX reaches the
-    target first (BENCHMARKS.md: 0.089 h against 0.109 h for OORT+Async, seed 0)."""
+def test_fidelity_preset_at_50_percent_brings_felix_and_oort_async_to_the_target():
+    """cifar10-fidelity on the paper's own 50% trace (ref:syn_50, true time scale), one seed and a reduced
+    budget: both strategies reach the target within it, and each run's time to target is one of its
+    test checkpoints. Which one gets there first at one seed is not asserted: it has moved with the
+    numerics of the jax build (FeLiX first, 0.089 h against 0.109 h, on the build of 2026-11-29; OORT+Async
+    first, 0.075 h against 0.097 h, on jax 0.10.2, the same code before and after 2026-12-04's change):
+    the ordering is a multi-seed, paired result (BENCHMARKS.md), not a property of one run."""
     base = get_preset("cifar10-fidelity").with_overrides({**FIDELITY_CPU, "availability": "ref:syn_50"})
-    felix = run(base.with_overrides({"strategy": "felix"}), None).summary
-    oort_async = run(base.with_overrides({"strategy": "oort-async"}), None).summary
-    assert felix["time_to_target_h"] is not None
-    assert oort_async["time_to_target_h"] is None or oort_async["time_to_target_h"] > felix["time_to_target_h"]
+    for strategy in ("felix", "oort-async"):
+        result = run(base.with_overrides({"strategy": strategy}), None)
+        hours = result.summary["time_to_target_h"]
+        assert hours is not None and 0 < hours <= 0.12, (strategy, hours)
+        assert any(abs(c.time_s / 3600 - hours) < 1e-9 for c in result.record.checkpoints), strategy
 
 
 @CIFAR_AND_TRACES
