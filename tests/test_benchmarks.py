@@ -262,7 +262,7 @@ def test_attribution_tabulates_each_step_from_its_compact_cells(tmp_path):
     assert "oort-oracle" not in data and "x1.66" in table  # no OORT* cell; the paper's ratio shown
 
 
-def test_attribution_runs_the_strategies_named_and_refuses_an_unknown_one(capsys):
+def test_attribution_runs_the_strategies_named_and_refuses_an_unknown_one():
     """``--strategies``: the cells of the named strategies alone, in the matrix's order; a name the
     attribution does not know ends the script in one line naming the known ones (before any run)."""
     attribution = load("attribution")

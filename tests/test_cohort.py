@@ -306,3 +306,19 @@ def test_delta_store_scatter_gather_and_grow():
     np.testing.assert_array_equal(np.asarray(got["w"]), np.asarray(rows["w"])[[0, 2, 3]])
     store.free(slots[:1])
     assert store.num_used == 2
+
+
+def test_engines_of_one_model_and_config_share_their_programs(tiny):
+    """Two engines of the same model and local config hold the very same jitted programs (traced and
+    compiled once in the process); another config gets its own; a built-in model is made once per
+    (name, shape, classes)."""
+    from felix_jax.experiment import registry
+
+    _, _, data, _ = tiny
+    cfg = LocalTrainConfig(batch_size=16, learning_rate=0.1, mode="steps", local_steps=1)
+    a, b = (CohortEngine(MODEL, data, cfg) for _ in range(2))
+    assert a._train_jit is b._train_jit and a._eval_jit is b._eval_jit
+    other = CohortEngine(MODEL, data, LocalTrainConfig(batch_size=16, learning_rate=0.2, mode="steps", local_steps=1))
+    assert other._train_jit is not a._train_jit
+    assert registry.make_model("mlp", (8, 8, 3), 10) is registry.make_model("mlp", [8, 8, 3], 10)
+    assert registry.make_model("mlp", (8, 8, 3), 10) is not registry.make_model("mlp", (8, 8, 3), 5)

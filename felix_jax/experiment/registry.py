@@ -15,9 +15,9 @@ Reference traces have 300 clients; a scenario with more reuses them cyclically.
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 import os
 import sys
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
