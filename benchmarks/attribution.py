@@ -3,6 +3,7 @@
     python benchmarks/attribution.py [--workers 2]            # run the cells (resumable), then the table
     python benchmarks/attribution.py --table-only             # tabulate what finished
     python benchmarks/attribution.py --check                  # the measurement's own check on real runs
+    python benchmarks/attribution.py --workers 15 --cell-budget-s 360   # every cell cut after 360 s of wall time
 
 The as-run reading (``semantics=paper_code``, ``reading.small_clients=zero_step_reference``), FeLiX
 against OORT+Async* and OORT*, MobiPerf first, then 50%, seeds 0-4, every run going on past its target
@@ -21,6 +22,13 @@ At each step: FeLiX's paired ratio [95% interval] at the step's target and along
 (``felix_jax.experiment.curve``), and a power line (seeds a +-10% interval needs). Each finished cell is
 also kept compact in ``benchmarks/attribution/cells/`` (checkpoint times and correct counts on both test
 sets), so that the table, and a later resume, need not the results folders.
+
+``--cell-budget-s`` cuts each cell after that much wall time (stop reason ``wall_budget``), for a machine
+lent for minutes: a cut cell's curve ends where it got to, which is exact up to there (a checkpoint's
+accuracy and a level's crossing depend on nothing later), and the table names every cut cell with the
+virtual hours it reached. A level a cut cell did not reach is not counted (the ratio at it is over the
+seeds that reached it, and the reached/seeds counts say so). A cut cell counts as finished: delete its
+compact file (and its run folder) to run it again in full.
 """
 
 from __future__ import annotations
@@ -114,13 +122,29 @@ def load_curves(cells: Path, seeds, regimes, folders) -> dict:
     return curves
 
 
+def cut_cells(cells: Path, seeds, regimes, folders) -> dict:
+    """(folder, strategy, regime, seed) -> virtual hours reached, for every compact cell that the wall
+    budget cut before its horizon (stop reason ``wall_budget``)."""
+    cut = {}
+    for key in cell_order(seeds, regimes, folders):
+        path = compact_path(cells, *key)
+        if not path.is_file():
+            continue
+        with np.load(path) as z:
+            summary = json.loads(str(z["summary"])) if "summary" in z.files else {}
+        if (summary or {}).get("stop_reason") == "wall_budget":
+            cut[key] = float(summary.get("end_time_s") or 0.0) / 3600
+    return cut
+
+
 def step_target(step: str) -> float:
     folder = next(f for s, f, _, _ in STEPS if s == step)
     return float(base_scenario(folder).target_accuracy)
 
 
-def attribution_table(curves: dict, seeds: list[int], regimes: list[str]) -> tuple[str, dict]:
-    """Markdown: per step, regime and baseline, the paired ratio at the step's target and along the curve."""
+def attribution_table(curves: dict, seeds: list[int], regimes: list[str], cut: dict | None = None) -> tuple[str, dict]:
+    """Markdown: per step, regime and baseline, the paired ratio at the step's target and along the curve;
+    ``cut`` (:func:`cut_cells`) names the cells the wall budget cut, with the virtual hours each reached."""
     from felix_jax.experiment.curve import crossing_times, power_line, speedup_along_curve
     from felix_jax.experiment.stats import paired_ratio
 
@@ -158,21 +182,28 @@ def attribution_table(curves: dict, seeds: list[int], regimes: list[str]) -> tup
                     f" [{pr['ci95_low']:.2f}, {pr['ci95_high']:.2f}]" if pr["ci95_low"] else "") + f" ({pr['n']})")
                 per_seed = ", ".join(f"{r:.2f}" for r in ratios) or "-"
                 power = power_line(ratios) or "-"
+                fmean = f"{np.mean(fh):.2f}" if fh else "-"
+                bmean = f"{np.mean(bh):.2f}" if bh else "-"
                 lines.append(f"| ({step}) {label} | {rl} | {NAMES[st]} | {len(common)} | "
-                             f"{np.mean(fh):.2f} ({len(fh)}/{len(common)}) | "
-                             f"{np.mean(bh) if bh else float('nan'):.2f} ({len(bh)}/{len(common)}) | {at} | {per_seed} | "
+                             f"{fmean} ({len(fh)}/{len(common)}) | "
+                             f"{bmean} ({len(bh)}/{len(common)}) | {at} | {per_seed} | "
                              f"{power.replace('sd of log ratio', 'sd')} | {along} | {rng} | x{PAPER[st, rl]:.2f} |")
                 data[f"{step}/{rl}/{st}"] = {"target": target, "seeds": common, "ratios": ratios, "paired": pr,
                                              "curve": [r for r in curve if r["strategy"] == st]}
     lines += ["", "Targets: " + ", ".join(f"({k}) {v}" for k, v in targets.items()) + " (the step's preset's). Hours: virtual hours to the target by the paper's rule (the mean of the last 20 "
               "test accuracies and the last one reach it), mean over the seeds that reached it (reached / seeds). "
-              f"Every run went on to {HORIZON_H:g} virtual hours. Paired: the geometric mean of the per-seed ratios "
+              f"Every run went on to {HORIZON_H:g} virtual hours unless the wall budget cut it (listed below). Paired: the geometric mean of the per-seed ratios "
               "(baseline hours / FeLiX's) with the 95% Student t interval of their logs; the rule waits for 20 "
               "accuracies, as the authors' stop script does (reading.stop_window_fill=full). Power: the sample sd of "
               "the log ratios and about how many seeds a 95% interval within +-10% needs. Along the curve: the "
               "paired ratio at every level of 0.01 from the first above the untrained model's to the highest "
               "level every seed of FeLiX and the baseline reached (felix_jax.experiment.curve). Paper: its hours "
               "to 70% (Table / Fig. 11)."]
+    if cut:
+        lines += ["", f"Cut by the wall budget before {HORIZON_H:g} virtual hours ({len(cut)} cells; a curve ends where "
+                  "its cell got to, and a level it did not reach by then is left out, not counted as missed): "
+                  + "; ".join(f"{fo} {NAMES.get(st, st)} {REGIMES.get(rg, rg)} seed {sd} at {h:.2f} h"
+                              for (fo, st, rg, sd), h in sorted(cut.items()))]
     return "\n".join(lines), data
 
 
@@ -234,6 +265,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--out", default="results/attribution", help="results folder")
     ap.add_argument("--budget-s", type=float, default=float("inf"),
                     help="stop starting cells after this many seconds")
+    ap.add_argument("--cell-budget-s", type=float, default=None,
+                    help="cut each cell after this many seconds of wall time (the table names the cut cells)")
     ap.add_argument("--table-only", action="store_true", help="keep the finished cells compact and tabulate them")
     ap.add_argument("--check", type=int, nargs="?", const=60, default=None, metavar="AGGREGATIONS",
                     help="the measurement's check on real runs, over this many aggregations (default 60), and stop")
@@ -256,9 +289,12 @@ def main(argv=None) -> dict:
         result = check(out, args.check)
         (HERE / "check.json").write_text(json.dumps(result, indent=1) + "\n")
         return result
+    from felix_jax.compile_cache import enable_compilation_cache
     from felix_jax.experiment.cells import cell_dir
     from felix_jax.experiment.matrix import finished_summary, run_matrix
 
+    if not args.table_only:
+        enable_compilation_cache()  # the cells' processes inherit it: a program compiled once serves them all
     t0 = time.time()
     for fo in folders:
         base = base_scenario(fo)
@@ -267,16 +303,19 @@ def main(argv=None) -> dict:
         if not args.table_only and todo and time.time() - t0 < args.budget_s:
             print(f"== {fo}: {len(todo)} cells", flush=True)
             run_matrix(base, STRATEGIES, regimes, seeds, out / fo, cells=todo, workers=args.workers,
-                       deadline=t0 + args.budget_s, plot=False, snapshot_minutes=5.0, progress=False)
+                       deadline=t0 + args.budget_s, plot=False, snapshot_minutes=5.0, progress=False,
+                       cell_budget_s=args.cell_budget_s)
         for st, rg, sd in todo:  # whatever finished, now or before, kept compact
             run_dir = cell_dir(out / fo, st, rg, sd)
             sc = base.with_overrides({"strategy": st, "availability": rg, "seed": str(sd)})
             if finished_summary(sc, run_dir) is not None:
                 compact(cells, fo, st, rg, sd, run_dir)
-    table, data = attribution_table(load_curves(cells, seeds, regimes, folders), seeds, regimes)
+    cut = cut_cells(cells, seeds, regimes, folders)
+    table, data = attribution_table(load_curves(cells, seeds, regimes, folders), seeds, regimes, cut)
     print(table)
     Path(args.json).with_suffix(".md").write_text(table + "\n")
-    Path(args.json).write_text(json.dumps({"horizon_h": HORIZON_H, "as_run": AS_RUN, "table": table, "cells": data},
+    Path(args.json).write_text(json.dumps({"horizon_h": HORIZON_H, "as_run": AS_RUN, "table": table, "cells": data,
+                                           "cut_h": {"/".join(map(str, k)): h for k, h in cut.items()}},
                                           indent=1, default=str) + "\n")
     return {"table": table, "data": data}
 

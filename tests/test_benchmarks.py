@@ -262,6 +262,30 @@ def test_attribution_tabulates_each_step_from_its_compact_cells(tmp_path):
     assert "oort-oracle" not in data and "x1.66" in table  # no OORT* cell; the paper's ratio shown
 
 
+def test_attribution_names_the_cells_the_wall_budget_cut(tmp_path):
+    """A compact cell whose run the wall budget cut (``--cell-budget-s``) is named in the table with the
+    virtual hours it reached; a finished one is not; runs cut before any full window give no curve
+    levels and no error."""
+    import json
+
+    import numpy as np
+
+    attribution = load("attribution")
+    t = np.arange(0, 30.0, 10.0)  # three checkpoints: no 20-accuracy window filled
+    for st, stop, end in (("felix", "wall_budget", 1800.0), ("oort-async-oracle", "max_virtual_hours", 10800.0)):
+        np.savez_compressed(attribution.compact_path(tmp_path, "longhorizon", st, "ref:mobiperf_3st_50", 0),
+                            time_s=t, correct_full=np.full(3, 1000, np.uint16), correct_250=np.full(3, 25, np.uint16),
+                            num_test=10_000, window=20, full_window=True,
+                            summary=json.dumps({"stop_reason": stop, "end_time_s": end}))
+    cut = attribution.cut_cells(tmp_path, [0], ["ref:mobiperf_3st_50"], ["longhorizon"])
+    assert cut == {("longhorizon", "felix", "ref:mobiperf_3st_50", 0): 0.5}
+    curves = attribution.load_curves(tmp_path, [0], ["ref:mobiperf_3st_50"], ["longhorizon"])
+    table, data = attribution.attribution_table(curves, [0], ["ref:mobiperf_3st_50"], cut)
+    assert "longhorizon FeLiX MobiPerf seed 0 at 0.50 h" in table and "OORT+Async* MobiPerf seed 0 at" not in table
+    assert "| - (0/1) | - (0/1) |" in table  # neither reached the target: no mean of nothing
+    assert data["b/MobiPerf/oort-async-oracle"]["curve"] == []
+
+
 def test_attribution_runs_the_strategies_named_and_refuses_an_unknown_one():
     """``--strategies``: the cells of the named strategies alone, in the matrix's order; a name the
     attribution does not know ends the script in one line naming the known ones (before any run)."""

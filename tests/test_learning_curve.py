@@ -71,6 +71,9 @@ def test_target_grid():
     # a full-window rule: no level before the first full window; the start is that window's level
     full = {("a", 0): np.array([-np.inf, -np.inf, 0.21, 0.4]), ("b", 0): np.array([-np.inf, 0.12, 0.3])}
     np.testing.assert_allclose(target_grid(full, [("a", 0)], step=0.05), [0.25, 0.3, 0.35, 0.4])
+    # runs cut before their first full window have no level at all: no grid (not an error)
+    short = {("a", 0): np.array([-np.inf, -np.inf]), ("b", 0): np.array([-np.inf])}
+    assert len(target_grid(short, [("a", 0)], step=0.05)) == 0
 
 
 def _curve_rows(times_by):

@@ -68,10 +68,11 @@ def target_grid(levels_by_run: dict, reference_runs: list, step: float = DEFAULT
     first level (the untrained model's; under a full-window rule, its first full window's: every level
     up to it is reached at that same checkpoint by the run) to the highest the reference reaches on any
     seed. ``levels_by_run``: run -> :func:`rule_levels`. Empty when the reference reaches nothing above
-    the start."""
-    if not levels_by_run or not reference_runs:
+    the start, or no run has a level yet (runs cut before their first full window)."""
+    firsts = [float(lv[np.isfinite(lv)][0]) for lv in levels_by_run.values() if np.isfinite(lv).any()]
+    if not firsts or not reference_runs:
         return np.zeros(0)
-    start = max(float(lv[np.isfinite(lv)][0]) for lv in levels_by_run.values() if np.isfinite(lv).any())
+    start = max(firsts)
     top = max((float(np.max(levels_by_run[r])) for r in reference_runs if len(levels_by_run[r])), default=start)
     k0 = math.floor(start / step + 1e-9) + 1  # strictly above the start
     k1 = math.floor(top / step + 1e-9)
