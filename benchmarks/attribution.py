@@ -27,8 +27,9 @@ sets), so that the table, and a later resume, need not the results folders.
 lent for minutes: a cut cell's curve ends where it got to, which is exact up to there (a checkpoint's
 accuracy and a level's crossing depend on nothing later), and the table names every cut cell with the
 virtual hours it reached. A level a cut cell did not reach is not counted (the ratio at it is over the
-seeds that reached it, and the reached/seeds counts say so). A cut cell counts as finished: delete its
-compact file (and its run folder) to run it again in full.
+seeds that reached it, and the reached/seeds counts say so). The next time the cells run, a cut cell
+runs again from the start (its cut run folder, if there, removed first); its compact curve is replaced
+only by one that got further.
 """
 
 from __future__ import annotations
@@ -135,6 +136,22 @@ def cut_cells(cells: Path, seeds, regimes, folders) -> dict:
         if (summary or {}).get("stop_reason") == "wall_budget":
             cut[key] = float(summary.get("end_time_s") or 0.0) / 3600
     return cut
+
+
+def cells_to_run(cells: Path, folder: str, seeds, regimes, strategies) -> tuple[list, dict]:
+    """The (strategy, regime, seed) cells of ``folder`` still to run, in order - those with no compact
+    cell and those the wall budget cut - and the cut ones' virtual hours (:func:`cut_cells`)."""
+    cut_before = cut_cells(cells, seeds, regimes, [folder])
+    todo = [(st, rg, sd) for f, st, rg, sd in cell_order(seeds, regimes, [folder], strategies)
+            if not compact_path(cells, f, st, rg, sd).is_file() or (f, st, rg, sd) in cut_before]
+    return todo, cut_before
+
+
+def _stop_reason(run_dir: Path) -> str | None:
+    try:
+        return json.loads((run_dir / "summary.json").read_text()).get("stop_reason")
+    except (OSError, ValueError):
+        return None
 
 
 def step_target(step: str) -> float:
@@ -298,18 +315,28 @@ def main(argv=None) -> dict:
     t0 = time.time()
     for fo in folders:
         base = base_scenario(fo)
-        todo = [(st, rg, sd) for f, st, rg, sd in cell_order(seeds, regimes, [fo], strategies)
-                if not compact_path(cells, f, st, rg, sd).is_file()]
+        todo, cut_before = cells_to_run(cells, fo, seeds, regimes, strategies)
         if not args.table_only and todo and time.time() - t0 < args.budget_s:
-            print(f"== {fo}: {len(todo)} cells", flush=True)
+            print(f"== {fo}: {len(todo)} cells ({sum((fo, *c) in cut_before for c in todo)} cut before, "
+                  "run again)", flush=True)
+            for st, rg, sd in todo:  # a cut run counts as finished to the matrix: it starts again from nothing
+                run_dir = cell_dir(out / fo, st, rg, sd)
+                if (fo, st, rg, sd) in cut_before and _stop_reason(run_dir) == "wall_budget":
+                    shutil.rmtree(run_dir)
             run_matrix(base, STRATEGIES, regimes, seeds, out / fo, cells=todo, workers=args.workers,
                        deadline=t0 + args.budget_s, plot=False, snapshot_minutes=5.0, progress=False,
                        cell_budget_s=args.cell_budget_s)
         for st, rg, sd in todo:  # whatever finished, now or before, kept compact
             run_dir = cell_dir(out / fo, st, rg, sd)
             sc = base.with_overrides({"strategy": st, "availability": rg, "seed": str(sd)})
-            if finished_summary(sc, run_dir) is not None:
-                compact(cells, fo, st, rg, sd, run_dir)
+            summary = finished_summary(sc, run_dir)
+            if summary is None:
+                continue
+            kept = cut_before.get((fo, st, rg, sd))
+            if kept is not None and summary.get("stop_reason") == "wall_budget" \
+                    and float(summary.get("end_time_s") or 0.0) / 3600 <= kept:
+                continue  # cut again, no further than the curve kept
+            compact(cells, fo, st, rg, sd, run_dir)
     cut = cut_cells(cells, seeds, regimes, folders)
     table, data = attribution_table(load_curves(cells, seeds, regimes, folders), seeds, regimes, cut)
     print(table)

@@ -284,6 +284,11 @@ def test_attribution_names_the_cells_the_wall_budget_cut(tmp_path):
     assert "longhorizon FeLiX MobiPerf seed 0 at 0.50 h" in table and "OORT+Async* MobiPerf seed 0 at" not in table
     assert "| - (0/1) | - (0/1) |" in table  # neither reached the target: no mean of nothing
     assert data["b/MobiPerf/oort-async-oracle"]["curve"] == []
+    # the next run takes the cut cell again, and the cell with no compact file; not the finished one
+    todo, cut_before = attribution.cells_to_run(tmp_path, "longhorizon", [0], ["ref:mobiperf_3st_50"],
+                                                attribution.STRATEGIES)
+    assert todo == [("felix", "ref:mobiperf_3st_50", 0), ("oort-oracle", "ref:mobiperf_3st_50", 0)]
+    assert cut_before == cut
 
 
 def test_attribution_runs_the_strategies_named_and_refuses_an_unknown_one():

@@ -33,6 +33,21 @@ def test_rule_levels_by_hand():
     np.testing.assert_allclose(rule_levels(acc, window=20), [0.1, 0.3, 0.3, 0.375])
 
 
+def test_a_mean_equal_to_the_target_reaches_it_on_every_python():
+    """Ten accuracies of 0.1: summed left to right in floats (Python 3.11's sum) they make
+    0.9999999999999999 and the mean falls under 0.1; the rule sums with math.fsum (correctly rounded,
+    what 3.12's compensated sum also gives here), so the level is 0.1 and the target is reached wherever
+    the rule runs. Means of 250-image accuracies land on a 0.01 grid this way often."""
+    acc = [0.1] * 10
+    naive = 0.0
+    for a in acc:
+        naive += a
+    assert naive / 10 < 0.1  # the tie a plain float sum breaks the wrong way
+    assert StopRule(target_accuracy=0.1, window=10).reached(acc)
+    assert rule_levels(acc, window=10)[-1] == 0.1
+    assert crossing_times(np.arange(10.0), acc, [0.1], window=10)[0] == 0.0  # every prefix's mean is 0.1
+
+
 def test_crossing_times_by_hand_with_a_dip_back_under():
     times = [0.0, 10.0, 20.0, 30.0, 40.0, 50.0]
     acc = [0.125, 0.5, 0.5, 0.25, 0.625, 0.75]  # binary fractions: the means are exact

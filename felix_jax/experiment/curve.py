@@ -34,7 +34,7 @@ def rule_levels(accuracies, window: int = 20, full_window: bool = False) -> np.n
     """(checkpoints,) float64: at each checkpoint, the highest level the stop rule holds for there:
     min(mean of the last ``window`` accuracies, the last accuracy); ``full_window``
     (``reading.stop_window_fill=full``): -inf until ``window`` accuracies exist. The mean is summed as the
-    rule sums it (Python floats, oldest first), so a level compares with a target exactly as the rule does."""
+    rule sums it (``math.fsum``, correctly rounded), so a level compares with a target exactly as the rule does."""
     acc = [float(a) for a in accuracies]
     out = np.empty(len(acc), np.float64)
     for i in range(len(acc)):
@@ -42,7 +42,7 @@ def rule_levels(accuracies, window: int = 20, full_window: bool = False) -> np.n
             out[i] = -np.inf
             continue
         recent = acc[max(0, i + 1 - window):i + 1]
-        out[i] = min(sum(recent) / len(recent), acc[i])
+        out[i] = min(math.fsum(recent) / len(recent), acc[i])
     return out
 
 
