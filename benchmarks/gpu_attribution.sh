@@ -17,9 +17,11 @@
 #   dmon.txt         the device's utilisation every 5 s while the cells ran (nvidia-smi dmon), if present
 #
 # Needs FELIX_JAX_DATA (CIFAR-10 and the reference traces). Settings (environment): OUT, PYTHON, WORK
-# (scratch, /tmp/felix-gpu-attribution), WORKERS (15), CELL_S (340), WARMUP_S (50), SEEDS (0,1,2,3,4),
+# (scratch, /tmp/felix-gpu-attribution), WORKERS (15), CELL_S (340: on one H200, 15 long-horizon cells reach
+# 3 virtual hours in ~190 s and 15 paper-data cells ~2.1 h in 290 s), WARMUP_S (50), SEEDS (0,1,2,3,4),
 # REGIMES (ref:mobiperf_3st_50), FOLDERS (longhorizon), STRATEGIES (felix,oort-async-oracle,oort-oracle),
-# TIMEOUT_S (CELL_S + 150: the cells' command is killed after it, so the packing step always runs).
+# TIMEOUT_S (CELL_S + 150: the cells' command is killed after it, so the packing step always runs), START_S
+# (TIMEOUT_S - CELL_S - 60: no cell starts after it, so the cells that ran are kept compact before the timeout).
 #
 #     OUT=/tmp/ga FELIX_JAX_DATA=/path/to/data bash benchmarks/gpu_attribution.sh
 set -uo pipefail
@@ -36,9 +38,18 @@ REGIMES=${REGIMES:-ref:mobiperf_3st_50}
 FOLDERS=${FOLDERS:-longhorizon}
 STRATEGIES=${STRATEGIES:-felix,oort-async-oracle,oort-oracle}
 TIMEOUT_S=${TIMEOUT_S:-$((CELL_S + 150))}
+START_S=${START_S:-$((TIMEOUT_S - CELL_S - 60))}
+mkdir -p "$OUT" "$WORK"
+# felix_jax importable: installed, or else a copy of the package with its models/ and traces/ inside it (the
+# layout pyproject.toml maps), for a machine where nothing can be installed
+if ! (cd /tmp && "$PYTHON" -c "import felix_jax.traces, felix_jax.models" 2>/dev/null); then
+  PKG="$WORK/pkg"
+  rm -rf "$PKG" && mkdir -p "$PKG" && cp -r felix_jax "$PKG/" && cp -r models "$PKG/felix_jax/models" \
+    && cp -r traces "$PKG/felix_jax/traces"
+  export PYTHONPATH="$PKG${PYTHONPATH:+:$PYTHONPATH}"
+fi
 # processes share the device: none may take most of its memory up front
 export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1
-mkdir -p "$OUT" "$WORK"
 "$PYTHON" -c "import jax, json, sys; json.dump({'jax': jax.__version__, 'backend': jax.default_backend(),
 'devices': [d.device_kind for d in jax.devices()]}, open(sys.argv[1], 'w'))" "$OUT/env.json"
 cat "$OUT/env.json"; echo
@@ -59,7 +70,7 @@ fi
 echo "== the cells: seeds $SEEDS, $REGIMES, $FOLDERS, $WORKERS at a time, ${CELL_S}s each"
 t0=$(date +%s)
 timeout "$TIMEOUT_S" "$PYTHON" benchmarks/attribution.py --seeds "$SEEDS" --regimes "$REGIMES" --folders "$FOLDERS" \
-  --strategies "$STRATEGIES" --workers "$WORKERS" --cell-budget-s "$CELL_S" --out "$WORK/attribution" \
+  --strategies "$STRATEGIES" --workers "$WORKERS" --cell-budget-s "$CELL_S" --budget-s "$START_S" --out "$WORK/attribution" \
   --cells "$WORK/cells" --json "$OUT/attribution.json" 2>&1 | grep -v "^\[" >"$OUT/attribution.log"
 echo "cells: $(( $(date +%s) - t0 )) s"
 [ -n "$DMON" ] && kill "$DMON" 2>/dev/null

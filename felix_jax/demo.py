@@ -60,7 +60,7 @@ def run_demo(cfg: DemoConfig = DemoConfig(), log=print) -> dict:
                                  local_epochs=cfg.local_epochs)
     rounds = FederatedRound(model, data, train_cfg, server_optimizer=optax.sgd(cfg.server_lr), seed=cfg.seed)
     engine = rounds.engine
-    state = rounds.init(model.init(jax.random.key(cfg.seed)))
+    state = rounds.init(jax.jit(model.init)(jax.random.key(cfg.seed)))  # jitted: see experiment/build.py
     rng = np.random.default_rng(cfg.seed)
     sizes = part.size_stats()
     log(f"{ds.name}: {ds.train_x.shape[0]} train / {ds.test_x.shape[0]} test, {cfg.num_clients} clients "

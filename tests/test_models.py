@@ -51,7 +51,7 @@ def test_max_pool_floor_mode():
 def test_cnn_shift_formulation_equals_plain_flax_model_outputs_and_grads(widths):
     fast, plain = cifar_cnn("shift", **widths), cifar_cnn("flax", **widths)
     params = jax.jit(plain.init)(jax.random.key(1))
-    chex.assert_trees_all_equal_shapes(params, fast.init(jax.random.key(1)))
+    chex.assert_trees_all_equal_shapes(params, jax.eval_shape(fast.init, jax.random.key(1)))
     x = jax.random.normal(jax.random.key(2), (4, 32, 32, 3))
     y = jnp.array([0, 3, 9, 1])
     chex.assert_trees_all_close(jax.jit(fast.apply)(params, x), jax.jit(plain.apply)(params, x),
@@ -69,6 +69,20 @@ def test_speech_resnet_forward_shape_and_formulations_agree():
     out = jax.jit(fast.apply)(params, x)
     chex.assert_shape(out, (2, 12))
     chex.assert_trees_all_close(out, jax.jit(plain.apply)(params, x), atol=1e-3, rtol=1e-3)
+
+
+# the CNN's eager initialisation alone takes ~20 s on a CPU: slow tier
+@pytest.mark.parametrize("name, shape, classes", [("mlp", (8, 8, 1), 10),
+                                                  pytest.param("cifar_cnn_tiny", (32, 32, 3), 10, marks=pytest.mark.slow)])
+def test_a_jitted_init_gives_the_eager_values_bit_for_bit(name, shape, classes):
+    """Runs initialise their model jitted (experiment/build.py: one cacheable program instead of every
+    initialiser's ops compiled one by one); the values must be the eager ones, or every recorded run's
+    start would move."""
+    from felix_jax.experiment.registry import make_model
+
+    m = make_model(name, shape, classes)
+    eager, jitted = m.init(jax.random.key(5)), jax.jit(m.init)(jax.random.key(5))
+    chex.assert_trees_all_equal(jitted, eager)
 
 
 def test_loss_is_per_sample_cross_entropy():
