@@ -147,13 +147,6 @@ def cells_to_run(cells: Path, folder: str, seeds, regimes, strategies) -> tuple[
     return todo, cut_before
 
 
-def _stop_reason(run_dir: Path) -> str | None:
-    try:
-        return json.loads((run_dir / "summary.json").read_text()).get("stop_reason")
-    except (OSError, ValueError):
-        return None
-
-
 def step_target(step: str) -> float:
     folder = next(f for s, f, _, _ in STEPS if s == step)
     return float(base_scenario(folder).target_accuracy)
@@ -321,7 +314,9 @@ def main(argv=None) -> dict:
                   "run again)", flush=True)
             for st, rg, sd in todo:  # a cut run counts as finished to the matrix: it starts again from nothing
                 run_dir = cell_dir(out / fo, st, rg, sd)
-                if (fo, st, rg, sd) in cut_before and _stop_reason(run_dir) == "wall_budget":
+                done = finished_summary(base.with_overrides({"strategy": st, "availability": rg, "seed": str(sd)}),
+                                        run_dir)
+                if (fo, st, rg, sd) in cut_before and (done or {}).get("stop_reason") == "wall_budget":
                     shutil.rmtree(run_dir)
             run_matrix(base, STRATEGIES, regimes, seeds, out / fo, cells=todo, workers=args.workers,
                        deadline=t0 + args.budget_s, plot=False, snapshot_minutes=5.0, progress=False,

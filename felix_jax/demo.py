@@ -19,7 +19,7 @@ from .cohort import LocalTrainConfig, evaluate
 from .data.federated import held_out_to_device, to_device
 from .data.loaders import load_dataset
 from .data.partition import dirichlet_partition
-from .models import cifar_cnn
+from .models import cifar_cnn, initial_params
 from .rounds import FederatedRound
 
 
@@ -60,7 +60,7 @@ def run_demo(cfg: DemoConfig = DemoConfig(), log=print) -> dict:
                                  local_epochs=cfg.local_epochs)
     rounds = FederatedRound(model, data, train_cfg, server_optimizer=optax.sgd(cfg.server_lr), seed=cfg.seed)
     engine = rounds.engine
-    state = rounds.init(jax.jit(model.init)(jax.random.key(cfg.seed)))  # jitted: see experiment/build.py
+    state = rounds.init(initial_params(model, jax.random.key(cfg.seed)))
     rng = np.random.default_rng(cfg.seed)
     sizes = part.size_stats()
     log(f"{ds.name}: {ds.train_x.shape[0]} train / {ds.test_x.shape[0]} test, {cfg.num_clients} clients "

@@ -7,6 +7,7 @@ engine only ever calls ``init``, ``apply`` and ``loss``; the fleet only reads
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -54,6 +55,20 @@ def count_params(params: Params) -> int:
 
 def params_bytes(params: Params) -> int:
     return int(sum(np.prod(np.shape(p)) * np.dtype(p.dtype).itemsize for p in jax.tree_util.tree_leaves(params)))
+
+
+@functools.lru_cache(maxsize=64)
+def _jitted_init(init: Callable) -> Callable:
+    return jax.jit(init)
+
+
+def initial_params(model: "Model", key: jax.Array) -> Params:
+    """``model.init(key)`` as one jitted program (one per model in a process; the persistent
+    compilation cache keeps it for the next process). Run eagerly, every initialiser's operations
+    compile one by one in every process, and on a CPU the 4-D random draws of a convolution kernel
+    compile slowly (~20 s for the tiny CNN); the values are the eager ones bit for bit
+    (tests/test_models.py)."""
+    return _jitted_init(model.init)(key)
 
 
 def make_model(name: str, module: Any, input_shape: tuple[int, ...], num_classes: int,

@@ -75,14 +75,14 @@ def test_speech_resnet_forward_shape_and_formulations_agree():
 @pytest.mark.parametrize("name, shape, classes", [("mlp", (8, 8, 1), 10),
                                                   pytest.param("cifar_cnn_tiny", (32, 32, 3), 10, marks=pytest.mark.slow)])
 def test_a_jitted_init_gives_the_eager_values_bit_for_bit(name, shape, classes):
-    """Runs initialise their model jitted (experiment/build.py: one cacheable program instead of every
+    """Runs initialise their model jitted (``initial_params``: one cacheable program instead of every
     initialiser's ops compiled one by one); the values must be the eager ones, or every recorded run's
     start would move."""
     from felix_jax.experiment.registry import make_model
+    from felix_jax.models import initial_params
 
     m = make_model(name, shape, classes)
-    eager, jitted = m.init(jax.random.key(5)), jax.jit(m.init)(jax.random.key(5))
-    chex.assert_trees_all_equal(jitted, eager)
+    chex.assert_trees_all_equal(initial_params(m, jax.random.key(5)), m.init(jax.random.key(5)))
 
 
 def test_loss_is_per_sample_cross_entropy():

@@ -21,6 +21,7 @@ from ..data.streams import build_streams, streams_to_device
 from ..fleet.modes import AsyncMode, SyncMode
 from ..fleet.simulator import FleetSimulator
 from ..memory import check_fits
+from ..models.base import initial_params
 from ..options import OptionError, to_json
 from ..policies import make_aggregator, make_selector
 from ..traces import load_reference_clients
@@ -81,10 +82,7 @@ def build_simulator(sc: Scenario, on_checkpoint=None, on_partition=None) -> Flee
     fleet_cfg = fleet_config(sc, strategy)
     aggregator = make_aggregator(strategy.aggregator, resolved.aggregator)
     stop = stop_rule(sc)
-    # jitted: one program, which the persistent compilation cache keeps for the next process (run
-    # eagerly, each initialiser's ops compile one by one in every process: ~20 s for the tiny CNN on a
-    # CPU, whose 4-D random draws are slow to compile); the same values bit for bit (tests/test_models.py)
-    init = jax.jit(model.init)(jax.random.key(int(seeds[3].generate_state(1)[0])))
+    init = initial_params(model, jax.random.key(int(seeds[3].generate_state(1)[0])))
     eval_selector = make_selector(strategy.eval_selector, resolved.eval_selector) if strategy.eval_selector else None
     return FleetSimulator(
         model=model, engine=engine, trace=trace, profile=profile, test=held_out_to_device(ds), init_params=init,
