@@ -338,17 +338,61 @@ def test_block_counts_follow_every_write_and_find_the_ranked_ids(seed):
         for c in rng.choice(n, 5, replace=False).tolist():
             view.set_busy(c, bool(rng.random() < 0.5))
             view.mark_selected(c, 0)
-        view.check_index(0)
+        for c in rng.choice(n, int(rng.integers(0, 60)), replace=False).tolist():  # explored, some twice
+            view.record_utility(c, float(rng.random()), 0)
+        view.check_index(0)  # the explored counts of each mask too
     for mask in (view.trainable(0, False), view.evaluable(), view.trainable(0, True)):
         counts, rows = view.block_counts(mask)
         assert rows == BLOCK_ROWS
         np.testing.assert_array_equal(counts, block_counts(np.asarray(mask)))
+        explored = np.asarray(mask) & (view.utility_round >= 0)
+        num_x, counts_x, rows_x = view.explored_block_counts(mask)
+        assert rows_x == BLOCK_ROWS and num_x == int(np.count_nonzero(explored)) > 0
+        np.testing.assert_array_equal(counts_x, block_counts(explored))
         ids = np.flatnonzero(mask)
         ranks = rng.choice(ids.size, min(64, ids.size), replace=False)
         found = _ids_at_ranks_counted(lambda a, b: mask[a:b], counts, rows, ranks)
         np.testing.assert_array_equal(found, ids[ranks])
         np.testing.assert_array_equal(found, _ids_at_ranks(lambda a, b: mask[a:b], ranks))
     assert view.block_counts(np.asarray(view.evaluable()).copy()) is None  # not a mask the view keeps
+    assert view.explored_block_counts(np.asarray(view.evaluable()).copy()) is None
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_oort_picks_the_same_from_the_views_explored_counts_as_from_the_explored_ids(seed):
+    """Oort reads how many eligible clients are explored, and where the unexplored ones are, from the
+    view's maintained counts when the eligible mask is one the view keeps, and lists the explored
+    eligible ids otherwise: over random fleets, explorations and requests (exploring, exploiting and
+    both), every variant picks the same clients with the same state either way."""
+    from felix_jax.fleet.clientmap import BLOCK_ROWS
+    from felix_jax.policies.selectors.base import SelectionContext
+    from felix_jax.policies.selectors.oort import make_oort_selector
+    from felix_jax.policies.selectors.oort_math import OORT_VARIANTS
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 3 * BLOCK_ROWS))
+    view = ClientMap.create(rng.integers(1, 200, n), rng.uniform(5, 50, n))
+    view.set_tier(slice(None), np.where(rng.random(n) < rng.uniform(0.2, 1.0), Tier.AVL_TRAIN, Tier.UN_AVL))
+    for c in rng.choice(n, int(rng.integers(0, n)), replace=False).tolist():
+        view.record_utility(c, float(rng.random() * 10), int(rng.integers(0, 5)))
+        view.record_training(c, float(rng.uniform(5, 60)))
+    for name, variant in OORT_VARIANTS.items():
+        sel = make_oort_selector(variant())
+        states = [sel.init(), sel.init()]
+        for call in range(12):
+            k, r = int(rng.integers(1, 40)), 5 + call // 3
+            once = bool(rng.random() < 0.5)
+            kept = view.trainable(r, once)
+            got = []
+            for i, mask in enumerate((kept, np.asarray(kept).copy())):
+                ctx = SelectionContext(view, mask, r, 0.0, np.random.default_rng([seed, call]),
+                                       num_eligible=view.num_trainable(r, once))
+                clients, states[i] = sel.select(states[i], ctx, k)
+                got.append(clients)
+            np.testing.assert_array_equal(got[0], got[1], err_msg=f"{name}, call {call}")
+            assert repr(states[0]) == repr(states[1])
+            for c in got[0][:3].tolist():  # some picks report back: explored from now on
+                view.record_utility(c, float(rng.random() * 10), r)
 
 
 def test_view_columns_are_int32_and_staleness_keys_do_not_overflow():

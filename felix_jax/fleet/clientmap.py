@@ -86,8 +86,10 @@ class ClientMap:
             index.staleness.add(int(current_round) * n + client)
         self.utility[client] = utility
         _write(self.utility_round, client, current_round)
-        if index.explored.add(client) and np.isfinite(self.duration_s[client]):
-            index.durations.add(self.duration_s[client])
+        if index.explored.add(client):
+            index.became_explored(client)
+            if np.isfinite(self.duration_s[client]):
+                index.durations.add(self.duration_s[client])
 
     def record_training(self, client: int, duration_s: float) -> None:
         index = self._index()
@@ -131,15 +133,16 @@ class ClientMap:
         one this map maintains (``trainable`` / ``evaluable``'s result; kept current by its writes,
         read-only), else ``None``: a selector finds the ``r``-th eligible client by a search over
         these counts and one block's rows, not a pass over all N."""
-        index = self._index()
-        base = getattr(mask, "base", None)
-        if base is None:
-            return None
-        for rows, blocks in ((index.train_ok, index.train_blocks), (index.eval_ok, index.eval_blocks),
-                             (index.once_ok, index.once_blocks)):
-            if base is rows:
-                return index.readonly(blocks), BLOCK_ROWS
-        return None
+        kept = self._index().kept(mask)
+        return None if kept is None else (_Index.readonly(kept[1]), BLOCK_ROWS)
+
+    def explored_block_counts(self, mask: np.ndarray) -> tuple[int, np.ndarray, int] | None:
+        """``(count, counts, rows)`` of the explored clients set in ``mask``: how many, and how many in each
+        block of ``rows`` clients, when ``mask`` is one this map maintains (as :meth:`block_counts`), else
+        ``None``. Kept current by the map's writes, so a selector that only needs how many eligible clients
+        are explored, and where the unexplored ones are, reads them without a pass over the explored ids."""
+        kept = self._index().kept(mask)
+        return None if kept is None else (kept[3], _Index.readonly(kept[2]), BLOCK_ROWS)
 
     def explored_ids(self) -> np.ndarray:
         """Clients with a measured utility (``utility_round >= 0``), ascending."""
@@ -178,14 +181,19 @@ class ClientMap:
                 raise AssertionError(f"ClientMap: maintained {name} differs from the arrays")
         if (index.n_train, index.n_eval) != (fresh.n_train, fresh.n_eval):
             raise AssertionError("ClientMap: maintained counts differ from the arrays")
-        for name in ("train_blocks", "eval_blocks"):
+        for name in ("train_blocks", "eval_blocks", "train_x", "eval_x"):
             if not np.array_equal(getattr(fresh, name), getattr(index, name)):
                 raise AssertionError(f"ClientMap: maintained {name} differ from the arrays")
+        if (index.n_train_x, index.n_eval_x) != (fresh.n_train_x, fresh.n_eval_x):
+            raise AssertionError("ClientMap: maintained explored counts differ from the arrays")
         once = self.trainable(current_round, True)
         if not np.array_equal(once, fresh.train_ok & (self.last_selected_round != current_round)) or \
                 index.n_once != int(np.count_nonzero(once)) or \
                 not np.array_equal(index.once_blocks, block_counts(np.asarray(once))):
             raise AssertionError("ClientMap: maintained once-per-round set differs from the arrays")
+        once_x = np.asarray(once) & (self.utility_round >= 0)
+        if index.n_once_x != int(np.count_nonzero(once_x)) or not np.array_equal(index.once_x, block_counts(once_x)):
+            raise AssertionError("ClientMap: maintained once-per-round explored counts differ from the arrays")
         for name in ("explored", "trained"):
             if not np.array_equal(getattr(index, name).ids(), getattr(fresh, name).ids()):
                 raise AssertionError(f"ClientMap: maintained {name} ids differ from the arrays")
@@ -285,22 +293,28 @@ class _Index:
     """What the selectors ask of the view at every event, kept current by ClientMap's writes:
     the trainable / evaluable masks and counts, the once-per-round mask of the current round,
     the explored and trained clients, the explored clients' known durations in order, and the
-    trained clients in staleness order. Derived state: rebuilt from the arrays when missing."""
+    trained clients in staleness order; for each of the three masks, how many of its clients are
+    explored, in all and per block (``*_x``, ``n_*_x``). Derived state: rebuilt from the arrays when
+    missing."""
 
     def __init__(self, view: ClientMap):
+        self.explored = _SortedIds(view.utility_round >= 0)
+        explored = self.explored.mask
         self.train_ok = (view.tier == Tier.AVL_TRAIN) & ~view.busy
         self.eval_ok = (view.tier >= Tier.AVL_EVAL) & ~view.busy  # AVL_EVAL (1) or AVL_TRAIN (2)
         self.n_train = int(np.count_nonzero(self.train_ok))
         self.n_eval = int(np.count_nonzero(self.eval_ok))
         self.train_blocks, self.eval_blocks = block_counts(self.train_ok), block_counts(self.eval_ok)
+        self.train_x, self.eval_x = block_counts(self.train_ok & explored), block_counts(self.eval_ok & explored)
+        self.n_train_x, self.n_eval_x = int(self.train_x.sum()), int(self.eval_x.sum())
         self.once_round: int | None = None  # the round once_ok is for
         self.once_ok: np.ndarray | None = None
         self.once_blocks: np.ndarray | None = None
-        self.n_once = 0
+        self.once_x: np.ndarray | None = None
+        self.n_once = self.n_once_x = 0
         # every client whose last_selected_round >= once_round is listed here (and perhaps others):
         # the only rows a new round's once mask can differ in from the last round's
         self.once_marked: list[int] = []
-        self.explored = _SortedIds(view.utility_round >= 0)
         self.trained = _SortedIds(view.times_trained > 0)
         observed = view.duration_s[self.explored.mask]
         self.durations = _SortedValues(observed[np.isfinite(observed)])  # T_pref's population, sorted
@@ -312,6 +326,33 @@ class _Index:
         out = a.view()
         out.flags.writeable = False
         return out
+
+    def kept(self, mask: np.ndarray) -> tuple | None:
+        """``(rows, blocks, explored blocks, explored count)`` of the maintained mask ``mask`` is a
+        read-only view of, else None."""
+        base = getattr(mask, "base", None)
+        if base is None:
+            return None
+        if base is self.train_ok:
+            return self.train_ok, self.train_blocks, self.train_x, self.n_train_x
+        if base is self.eval_ok:
+            return self.eval_ok, self.eval_blocks, self.eval_x, self.n_eval_x
+        if self.once_ok is not None and base is self.once_ok:
+            return self.once_ok, self.once_blocks, self.once_x, self.n_once_x
+        return None
+
+    def became_explored(self, i: int) -> None:
+        """Client ``i`` was just added to the explored set: the explored counts of the masks it is in."""
+        b = i // BLOCK_ROWS
+        if self.train_ok[i]:
+            self.train_x[b] += 1
+            self.n_train_x += 1
+        if self.eval_ok[i]:
+            self.eval_x[b] += 1
+            self.n_eval_x += 1
+        if self.once_ok is not None and self.once_ok[i]:
+            self.once_x[b] += 1
+            self.n_once_x += 1
 
     def update(self, view: ClientMap, clients) -> None:
         if isinstance(clients, slice):
@@ -330,17 +371,24 @@ class _Index:
         train = (view.tier[c] == Tier.AVL_TRAIN) & ~view.busy[c]
         ev = (view.tier[c] >= Tier.AVL_EVAL) & ~view.busy[c]
         was_train, was_eval = self.train_ok[c], self.eval_ok[c]
+        x = self.explored.mask[c]
         self.n_train += int(np.count_nonzero(train)) - int(np.count_nonzero(was_train))
         self.n_eval += int(np.count_nonzero(ev)) - int(np.count_nonzero(was_eval))
+        self.n_train_x += int(np.count_nonzero(train & x)) - int(np.count_nonzero(was_train & x))
+        self.n_eval_x += int(np.count_nonzero(ev & x)) - int(np.count_nonzero(was_eval & x))
         self.train_ok[c], self.eval_ok[c] = train, ev
         _move_counts(self.train_blocks, c, was_train, train)
         _move_counts(self.eval_blocks, c, was_eval, ev)
+        _move_counts(self.train_x, c, was_train & x, train & x)
+        _move_counts(self.eval_x, c, was_eval & x, ev & x)
         if self.once_ok is not None:
             once = train & (view.last_selected_round[c] != self.once_round)
             was_once = self.once_ok[c]
             self.n_once += int(np.count_nonzero(once)) - int(np.count_nonzero(was_once))
+            self.n_once_x += int(np.count_nonzero(once & x)) - int(np.count_nonzero(was_once & x))
             self.once_ok[c] = once
             _move_counts(self.once_blocks, c, was_once, once)
+            _move_counts(self.once_x, c, was_once & x, once & x)
 
     def _update_all(self, view: ClientMap) -> None:
         """``update`` for every client: the masks rewritten in place (the read-only views handed out
@@ -352,6 +400,10 @@ class _Index:
         self.n_eval = int(np.count_nonzero(self.eval_ok))
         self.train_blocks[:] = block_counts(self.train_ok)
         self.eval_blocks[:] = block_counts(self.eval_ok)
+        explored = self.explored.mask
+        self.train_x[:] = block_counts(self.train_ok & explored)
+        self.eval_x[:] = block_counts(self.eval_ok & explored)
+        self.n_train_x, self.n_eval_x = int(self.train_x.sum()), int(self.eval_x.sum())
         if self.once_ok is not None:  # picked this round: listed in once_marked, so no pass over the rounds
             np.copyto(self.once_ok, self.train_ok)
             m = np.asarray(self.once_marked, np.int64)
@@ -359,6 +411,8 @@ class _Index:
             self.once_ok[m] = False
             self.n_once = int(np.count_nonzero(self.once_ok))
             self.once_blocks[:] = block_counts(self.once_ok)
+            self.once_x[:] = block_counts(self.once_ok & explored)
+            self.n_once_x = int(self.once_x.sum())
 
     def _update_one(self, view: ClientMap, i: int) -> None:
         """``update`` for one client, in Python scalars (the same counts and masks)."""
@@ -366,20 +420,33 @@ class _Index:
         tier = int(view.tier[i])
         train, ev = idle and tier == Tier.AVL_TRAIN, idle and tier >= Tier.AVL_EVAL
         b = i // BLOCK_ROWS
+        x = bool(self.explored.mask[i])
         if train != bool(self.train_ok[i]):
             self.train_ok[i] = train
-            self.n_train += 1 if train else -1
-            self.train_blocks[b] += 1 if train else -1
+            d = 1 if train else -1
+            self.n_train += d
+            self.train_blocks[b] += d
+            if x:
+                self.n_train_x += d
+                self.train_x[b] += d
         if ev != bool(self.eval_ok[i]):
             self.eval_ok[i] = ev
-            self.n_eval += 1 if ev else -1
-            self.eval_blocks[b] += 1 if ev else -1
+            d = 1 if ev else -1
+            self.n_eval += d
+            self.eval_blocks[b] += d
+            if x:
+                self.n_eval_x += d
+                self.eval_x[b] += d
         if self.once_ok is not None:
             once = train and int(view.last_selected_round[i]) != self.once_round
             if once != bool(self.once_ok[i]):
                 self.once_ok[i] = once
-                self.n_once += 1 if once else -1
-                self.once_blocks[b] += 1 if once else -1
+                d = 1 if once else -1
+                self.n_once += d
+                self.once_blocks[b] += d
+                if x:
+                    self.n_once_x += d
+                    self.once_x[b] += d
 
     def marked(self, client: int) -> None:
         """``client``'s last_selected_round was written (a training pick)."""
@@ -392,15 +459,20 @@ class _Index:
                 self.once_ok = self.train_ok & (view.last_selected_round != current_round)
                 self.n_once = int(np.count_nonzero(self.once_ok))
                 self.once_blocks = block_counts(self.once_ok)
+                self.once_x = block_counts(self.once_ok & self.explored.mask)
+                self.n_once_x = int(self.once_x.sum())
                 self.once_marked = np.flatnonzero(view.last_selected_round >= current_round).tolist()
             else:  # a later round: only the clients picked since the last round's mask can change
                 m = np.unique(np.asarray(self.once_marked, np.int64))
                 lsr = view.last_selected_round[m]
                 once = self.train_ok[m] & (lsr != current_round)
                 was = self.once_ok[m]
+                x = self.explored.mask[m]
                 self.n_once += int(np.count_nonzero(once)) - int(np.count_nonzero(was))
+                self.n_once_x += int(np.count_nonzero(once & x)) - int(np.count_nonzero(was & x))
                 self.once_ok[m] = once
                 _move_counts(self.once_blocks, m, was, once)
+                _move_counts(self.once_x, m, was & x, once & x)
                 self.once_marked = m[lsr >= current_round].tolist()
             self.once_round = current_round
         return self.readonly(self.once_ok)

@@ -102,14 +102,18 @@ def make_oort_selector(config: OortConfig = OortConfig()) -> Selector:
         eligible_mask = np.asarray(ctx.eligible, dtype=bool)
         explored_mask = view.explored_mask()  # utility_round >= 0 (read-only, kept by the view)
         explored_all = view.explored_ids()  # ids of every explored client
-        explored = explored_all[eligible_mask[explored_all]]
+        # how many eligible clients are explored, and per block, where the view keeps the eligible mask:
+        # the ids of the explored eligible clients are then listed only when exploitation scores them
+        kept = view.explored_block_counts(ctx.eligible) if hasattr(view, "explored_block_counts") else None
+        explored = None if kept is not None else explored_all[eligible_mask[explored_all]]
+        num_explored = kept[0] if kept is not None else len(explored)
         num_eligible = int(np.count_nonzero(eligible_mask)) if ctx.num_eligible is None else ctx.num_eligible
-        num_unexplored = num_eligible - len(explored)
+        num_unexplored = num_eligible - num_explored
         eps = 0.0 if state.exhausted else epsilon_schedule(
             state.calls, config.exploration_factor, config.exploration_decay, config.exploration_min,
             config.decay_before_use)
         draw = int(ctx.rng.binomial(int(k), eps)) if config.split_rounding == "binomial_explore" else None
-        n_explore, n_exploit = split_explore_exploit(int(k), eps, num_unexplored, len(explored),
+        n_explore, n_exploit = split_explore_exploit(int(k), eps, num_unexplored, num_explored,
                                                      config.split_rounding, absorb=config.shortfall == "exploit",
                                                      explore_draw=draw)
         t_pref = _t_pref(view, config.t_pref_over, pstate.threshold, eligible_mask, num_eligible,
@@ -130,6 +134,8 @@ def make_oort_selector(config: OortConfig = OortConfig()) -> Selector:
         picked = []
         exploit_pick = _NO_CLIENTS
         if n_exploit > 0:
+            if explored is None:
+                explored = explored_all[eligible_mask[explored_all]]
             population = None
             if config.normalize_utility:  # rewards of the eligible clients: U, or the raw prior if unexplored
                 raw = view.num_samples[eligible].astype(np.float64)
@@ -157,7 +163,8 @@ def make_oort_selector(config: OortConfig = OortConfig()) -> Selector:
                     picked.append(_ids_at_ranks(unexplored_rows, ranks))
                 else:  # the eligible rows' block counts, less the explored eligible clients in each block
                     counts, rows = blocks
-                    counts = counts - np.bincount(explored // rows, minlength=counts.size)
+                    counts = counts - (kept[1] if kept is not None else
+                                       np.bincount(explored // rows, minlength=counts.size))
                     picked.append(_ids_at_ranks_counted(unexplored_rows, counts, rows, ranks))
         clients = np.concatenate(picked).astype(np.int64) if picked else _NO_CLIENTS
         exhausted = state.exhausted
