@@ -288,7 +288,7 @@ def test_eval_tier_summary_counts_match_a_hand_traced_run():
         (0.0, 0, "train"), (0.0, 1, "train"), (10.0, 0, "train"), (20.0, 0, "train"), (25.0, 1, "train")]
     assert (a.dispatched_eval, a.evals_on_avl_eval, a.evals_on_avl_train) == (2, 2, 0)
     assert (a.train_picks_unexplored, a.train_picks_eval_utility) == (2, 1)
-    assert a.utility_age == [-1, -1, 1, 1, 0]
+    assert list(a.utility_age) == [-1, -1, 1, 1, 0]
     s = a.summary()
     assert (s["utility_age_p50"], s["utility_age_p95"]) == (1.0, 1.0)
     assert s["train_picks_eval_utility_share"] == 1 / 5
@@ -296,7 +296,7 @@ def test_eval_tier_summary_counts_match_a_hand_traced_run():
     # late: client 1's first reply (from v0, at v1) and client 0's at 20 (sent at v1, arrives at v2)
     assert s["late_update_share"] == 2 / 4
     # FedBuff weights 1/sqrt(1 + staleness) of staleness [0, 1, 1, 0]: fresh 1, late 1/sqrt(2)
-    assert a.staleness == [0, 1, 1, 0]
+    assert list(a.staleness) == [0, 1, 1, 0]
     assert s["agg_weight_fresh_mean"] == pytest.approx(1.0)
     assert s["agg_weight_late_mean"] == pytest.approx(2 ** -0.5)
 

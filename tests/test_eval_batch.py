@@ -6,6 +6,7 @@ record back to it. Every test compares against the eager path (eval_batch=1).
 """
 
 import dataclasses
+import json
 
 import jax
 import numpy as np
@@ -76,6 +77,28 @@ def test_accounting_rolls_back_to_a_mark():
     acct.agg_weights.append(0.5)
     acct.rollback(mark)
     assert acct == Accounting(bytes_up_train=10, replies_train=1, staleness=[0, 1])
+
+
+def test_accounting_keeps_its_per_update_records_in_typed_columns():
+    """Per-update and per-pick records are 8-byte columns (a list given, as a snapshot decodes them,
+    becomes one), their summary and distributions read as the lists' did, and they go through a
+    snapshot's encoder as numeric arrays."""
+    from array import array
+
+    from felix_jax.fleet.snapshot import _Encoder
+
+    acct = Accounting(staleness=[0, 2, 1, 0], agg_weights=[0.5, 0.0, 0.25, 1.0], utility_age=[-1, 3, 1])
+    assert (acct.staleness.typecode, acct.agg_weights.typecode, acct.utility_age.typecode) == ("q", "d", "q")
+    assert isinstance(acct.selection_seconds, array) and acct.selection_seconds.itemsize == 8
+    s = acct.summary()
+    assert s["updates_accepted"] == 3 and (s["utility_age_p50"], s["utility_age_p95"]) == (2.0, 2.9)
+    assert s["late_update_share"] == 0.5 and s["agg_weight_fresh_mean"] == 0.75 and s["agg_weight_late_mean"] == 0.125
+    assert json.loads(json.dumps(acct.distributions())) == {"staleness": [0, 2, 1, 0],
+                                                             "agg_weights": [0.5, 0.0, 0.25, 1.0],
+                                                             "utility_age": [-1, 3, 1]}
+    enc = _Encoder()
+    assert enc.encode(acct.staleness) == {"$ints": "a0"} and enc.encode(acct.agg_weights) == {"$floats": "a1"}
+    np.testing.assert_array_equal(enc.arrays["a1"], [0.5, 0.0, 0.25, 1.0])
 
 
 @pytest.mark.parametrize("strategy", ["fedbuff", "oort", "felix"])  # async; sync Oort; TierTrack + eval tier

@@ -37,7 +37,7 @@ def test_simulator_logs_every_event_by_hand():
     kinds = [r[1] for r in rows]
     assert kinds.count("aggregation") == 7 and kinds.count("aggregated") == 7
     assert kinds.count("dispatch") == rec.accounting.dispatched_train
-    assert [r[5] for r in rows if r[1] == "aggregated"] == rec.accounting.staleness == [0, 0, 2, 1, 0, 2, 1]
+    assert [r[5] for r in rows if r[1] == "aggregated"] == list(rec.accounting.staleness) == [0, 0, 2, 1, 0, 2, 1]
     assert [r[4] for r in rows if r[1] == "aggregation"] == list(range(1, 8))
     first_reply = next(r for r in rows if r[1] == "reply")
     assert first_reply[:6] == (10.0, "reply", 0, "train", 0, 0) and first_reply[7] == int(T)

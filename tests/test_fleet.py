@@ -95,7 +95,7 @@ def test_async_staleness_values_match_hand_computation():
     # 50 (client 0 from v5 at v6).
     sim = make_sim(ALWAYS2, [10.0, 25.0], max_aggregations=7)
     rec = sim.run()
-    assert rec.accounting.staleness == [0, 0, 2, 1, 0, 2, 1]
+    assert list(rec.accounting.staleness) == [0, 0, 2, 1, 0, 2, 1]
     assert rec.aggregation_times == [0.0, 10.0, 20.0, 25.0, 30.0, 40.0, 50.0, 50.0]
 
 

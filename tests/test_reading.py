@@ -237,7 +237,7 @@ def test_serial_server_queues_replies_and_blocks_after_an_aggregation():
     sim = make_sim(always3, [10.0] * 3, concurrency=3, goal=3, max_aggregations=2, reading=reading)
     rec = sim.run()
     assert rec.aggregation_times == pytest.approx([0.0, 10.6, 21.8])
-    assert rec.accounting.staleness == [0, 0, 0, 1, 1, 0]
+    assert list(rec.accounting.staleness) == [0, 0, 0, 1, 1, 0]
     # measured durations: dispatch to processing, the queue included
     assert sim.view.duration_s.tolist() == pytest.approx([20.4 - 10.2, 20.6 - 10.4, 21.8 - 11.6])
     free = make_sim(always3, [10.0] * 3, concurrency=3, goal=3, max_aggregations=2).run()

@@ -190,7 +190,7 @@ def test_all_rejected_buffer_closes_the_round_without_a_step():
     assert rec.stop_reason == "max_aggregations" and len(rec.aggregation_times) == 2
     for x, y in zip(jax.tree_util.tree_leaves(rec.params), jax.tree_util.tree_leaves(MODEL.init(jax.random.key(0)))):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-    assert rec.accounting.agg_weights == [] and rec.accounting.rejected_updates_nonfinite == 1
+    assert len(rec.accounting.agg_weights) == 0 and rec.accounting.rejected_updates_nonfinite == 1
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered in cast")

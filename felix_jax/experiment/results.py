@@ -461,7 +461,7 @@ def write_results(out_dir: str | Path, config: dict, record: RunRecord, summary:
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     a = record.accounting
     (out / "distributions.json").write_text(json.dumps({
-        "staleness": a.staleness, "agg_weights": a.agg_weights, "utility_age": a.utility_age,
+        **a.distributions(),
         "aggregation_times_s": record.aggregation_times}))
     if record.events_path is None or Path(record.events_path).resolve() != (out / EVENTS_FILE).resolve():
         write_event_log(out / EVENTS_FILE, a.events, record.end_time_s)  # (a streamed log is already there)

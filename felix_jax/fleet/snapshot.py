@@ -44,6 +44,7 @@ import threading
 import time
 import warnings
 import zipfile
+from array import array
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -194,6 +195,9 @@ class _Encoder:
             return {"$dict": [[self.encode(k), self.encode(x)] for k, x in v.items()]}
         if t is list:
             return self._encode_list(v)
+        if t is array and v.typecode in ("d", "q"):  # a typed column (Accounting's): decoded as a list
+            return {"$floats" if v.typecode == "d" else "$ints": self._array(np.array(v, np.float64 if v.typecode == "d"
+                                                                                   else np.int64))}
         raise TypeError(f"snapshot: cannot store a {_type_name(t)}")
 
     def _encode_list(self, v: list):
