@@ -53,6 +53,72 @@ def test_utility_clipping_at_order_statistic():
     assert s[-1] == s[-2] == 19.0
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_order_statistic_by_partition_equals_the_sorted_pick(seed):
+    """The clip's order statistic is taken by a partition: the value the full sort gives at
+    ``min(floor(n q), n - 1)``, with ties, NaNs (last, as in the sort) and q at 0 and 1."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 3000))
+    u = np.round(rng.exponential(5.0, n), int(rng.integers(0, 3)))  # rounded: many ties
+    if seed % 3 == 0:
+        u[rng.random(n) < 0.1] = np.nan
+    for q in (0.0, 0.5, 0.9, 0.98, 1.0, float(rng.random())):
+        want = np.sort(u)[min(int(np.floor(n * q)), n - 1)]
+        got = oort.order_statistic(u, q)
+        assert got == want or (np.isnan(got) and np.isnan(want))
+    assert np.isnan(oort.order_statistic([], 0.9))
+
+
+def _exploit_cases(count):
+    """Score vectors of every shape the exploit pick meets: spread, tied, negative, skewed (repeats
+    within a draw), two-valued; with requests, cut-offs and FedScale's minimum candidate factor."""
+    for seed in range(count):
+        rng = np.random.default_rng(seed)
+        n = int(rng.integers(2048, 12_000))
+        kind = seed % 5
+        if kind == 0:
+            s = rng.exponential(1.0, n)
+        elif kind == 1:
+            s = np.round(rng.exponential(1.0, n), 1)
+        elif kind == 2:
+            s = rng.normal(0.0, 1.0, n)
+        elif kind == 3:
+            s = np.where(rng.random(n) < 0.99, 1e-3, 1e3) * rng.random(n)
+        else:
+            s = np.where(rng.random(n) < 0.5, 2.0, 0.0)
+        yield (seed, s, int(rng.integers(1, 9)), float(rng.choice([0.0, 0.05, 0.7, 1.0])),
+               float(rng.choice([0.0, 10.0])))
+
+
+@pytest.mark.parametrize("forced_fallback", [False, True])
+def test_exploit_pick_by_selection_draws_what_the_sorted_draw_draws(monkeypatch, forced_fallback):
+    """Many scores, few picks: the exploited clients found by weighted selection (no sort) are those
+    ``sample_by_score`` draws over ``exploit_candidates``, and the generator ends in the same state;
+    with every draw sent back to the sorted way (a margin no draw clears), too."""
+    if forced_fallback:
+        monkeypatch.setattr(oort, "_EPS", 1.0)
+    for seed, s, m, cut, factor in _exploit_cases(60):
+        a, b = np.random.default_rng([seed, 1]), np.random.default_rng([seed, 1])
+        candidates = oort.exploit_candidates(s, m, cut, factor)
+        want = oort.sample_by_score(a, candidates, s, min(m, len(candidates)))
+        got = oort.exploit_pick(b, s, m, cut, factor)
+        np.testing.assert_array_equal(got, want, err_msg=f"case {seed}")
+        assert a.bit_generator.state == b.bit_generator.state
+
+
+def test_exploit_pick_takes_the_sorted_way_for_few_scores_many_picks_or_non_finite_ones(monkeypatch):
+    calls = []
+    monkeypatch.setattr(oort, "_exploit_pick_by_selection", lambda *a: calls.append(a) or None)
+    rng = np.random.default_rng(0)
+    s = rng.exponential(1.0, 5000)
+    oort.exploit_pick(rng, s[:100], 1)  # few scores
+    oort.exploit_pick(rng, s, 20)  # many picks
+    oort.exploit_pick(rng, np.r_[s, np.nan], 1)  # a NaN score
+    assert calls == []
+    oort.exploit_pick(rng, s, 1)
+    assert len(calls) == 1
+
+
 def test_oort_normalised_utility_variant():
     # U = [10, 20, 30]: lo = 0.999 * 10 = 9.99, span = 30 - 9.99 = 20.01, clip sorted[floor(2.7)] = 30;
     # (U - 9.99) / 20.01 = [0.01, 10.01, 20.01] / 20.01; round 1: no bonus

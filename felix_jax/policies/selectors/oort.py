@@ -30,7 +30,7 @@ import numpy as np
 
 from .base import SelectionContext, Selector
 from .ranks import ids_at_ranks as _ids_at_ranks, ids_at_ranks_counted as _ids_at_ranks_counted  # noqa: F401
-from .oort_math import (OortConfig, PacerState, epsilon_schedule, exploit_candidates, exploration_prior,
+from .oort_math import (OortConfig, PacerState, epsilon_schedule, exploit_pick as exploit_pick_of, exploration_prior,
                         exploration_window, oort_scores, pacer_input, preferred_duration,
                         preferred_duration_sorted, sample_by_score, split_explore_exploit)
 
@@ -147,8 +147,8 @@ def make_oort_selector(config: OortConfig = OortConfig()) -> Selector:
                                  config.normalize_utility, population)  # of the explored eligible clients
             if config.abs_scores:
                 scores = np.abs(scores)
-            candidates = exploit_candidates(scores, n_exploit, config.cut_off, config.min_candidates_factor)
-            exploit_pick = explored[sample_by_score(ctx.rng, candidates, scores, min(n_exploit, len(candidates)))]
+            exploit_pick = explored[exploit_pick_of(ctx.rng, scores, n_exploit, config.cut_off,
+                                                    config.min_candidates_factor)]
             picked.append(exploit_pick)
         if n_explore > 0:
             if config.explore_by_prior:

@@ -188,11 +188,13 @@ OORT_VARIANTS: dict[str, Callable[..., OortConfig]] = {
 
 
 def order_statistic(values, q: float) -> float:
-    """``sorted(values)[min(floor(n q), n - 1)]``; NaN when empty."""
-    v = np.sort(np.asarray(values, dtype=np.float64).ravel())
+    """``sorted(values)[min(floor(n q), n - 1)]``; NaN when empty. By a partition, O(n): the same value as
+    the sort gives (NaNs go last in both), without ordering the rest."""
+    v = np.asarray(values, dtype=np.float64).ravel()
     if v.size == 0:
         return float("nan")
-    return float(v[min(int(np.floor(v.size * q)), v.size - 1)])
+    i = min(int(np.floor(v.size * q)), v.size - 1)
+    return float(np.partition(v, i)[i])
 
 
 def preferred_duration(durations, round_threshold_percent: float) -> float:
@@ -320,6 +322,119 @@ def sample_by_score(rng: np.random.Generator, candidates, scores, k: int) -> np.
         rest = rng.permutation(cand[w <= 0])[: k - pos.size]
         return np.concatenate([rng.permutation(pos), rest])
     return rng.choice(pos, size=k, replace=False, p=w[w > 0] / w[w > 0].sum())
+
+
+# An exploiting call at or above this many scored clients, picking at most _FAST_PICKS, draws by weighted
+# selection (no sort of every score); below, by the sort (the same picks either way).
+_FAST_MIN_SCORED = 2048
+_FAST_PICKS = 8
+_EPS = 2.0 ** -53
+
+
+def exploit_pick(rng: np.random.Generator, scores, num_to_pick: int, cut_off: float = 0.05,
+                 min_factor: float = 0.0) -> np.ndarray:
+    """Indices (into ``scores``) of the exploited clients: exactly
+    ``sample_by_score(rng, c, scores, min(num_to_pick, len(c)))`` with
+    ``c = exploit_candidates(scores, num_to_pick, cut_off, min_factor)``, the same picks and the same
+    draws from ``rng``.
+
+    Many scores and few picks (an async refill) are drawn without sorting every score, which costs
+    O(n log n) at every call: numpy's weighted draw without replacement (``rng.choice`` with ``p``) picks
+    the first candidate, in rank order, whose cumulative weight exceeds ``x`` times the total (``x``
+    uniform). That candidate is found by splitting the scores at their median, again and again,
+    keeping the half where the cumulative weight crosses ``x``: O(n) in all. The floating-point sums
+    differ from numpy's running sum by at most a few ``n`` ulps, so a draw within that distance of a
+    boundary between two candidates (probability about ``n^2`` ulps) is redone the sorted way, from
+    the generator's state before the call.
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    n = s.size
+    k_max = min(int(num_to_pick), n)
+    if (n < _FAST_MIN_SCORED or num_to_pick <= 0 or k_max > _FAST_PICKS or not np.isfinite(s).all()):
+        return _exploit_pick_sorted(rng, s, num_to_pick, cut_off, min_factor)
+    state = rng.bit_generator.state
+    picked = _exploit_pick_by_selection(rng, s, int(num_to_pick), cut_off, min_factor)
+    if picked is None:  # a draw too near a boundary (or a case the selection leaves to the sort)
+        rng.bit_generator.state = state
+        return _exploit_pick_sorted(rng, s, num_to_pick, cut_off, min_factor)
+    return picked
+
+
+def _exploit_pick_sorted(rng, s, num_to_pick, cut_off, min_factor) -> np.ndarray:
+    candidates = exploit_candidates(s, num_to_pick, cut_off, min_factor)
+    return sample_by_score(rng, candidates, s, min(num_to_pick, len(candidates)))
+
+
+def _exploit_pick_by_selection(rng, s, m, cut_off, min_factor) -> np.ndarray | None:
+    n = s.size
+    r = min(m, n - 1)
+    ref = np.partition(s, n - 1 - r)[n - 1 - r]  # the score at descending rank r (the sort's ref)
+    candidate = s >= cut_off * ref
+    count = int(np.count_nonzero(candidate))
+    if min_factor > 0 and count <= int(np.floor(min_factor * m)):
+        # more than min_factor x m: the first `count` in (score descending, index) order
+        count = min(int(np.floor(min_factor * m)) + 1, n)
+        v = np.partition(s, n - count)[n - count]  # the lowest candidate's score
+        candidate = s > v
+        ties = np.flatnonzero(s == v)[:count - int(np.count_nonzero(candidate))]  # by index, as the sort keeps them
+        candidate[ties] = True
+    k = min(m, count)
+    positive = candidate & (s > 0)
+    ids = np.flatnonzero(positive)
+    if ids.size < k:  # non-positive candidates drawn too: the sorted way
+        return None
+    sp, wp = s[ids], s[ids].copy()
+    total = float(wp.sum())
+    if not (np.isfinite(total) and total > 0) or float(wp.min()) < 1e-290 * total:
+        return None
+    margin = (8.0 * ids.size + 64.0) * _EPS  # relative: numpy's running sums and these sums, with room
+    found: list[int] = []
+    while len(found) < k:  # numpy's loop: draws for the missing picks, first occurrences kept
+        xs = rng.random(k - len(found))
+        remaining = float(wp.sum())
+        new = []
+        for x in xs.tolist():
+            hit = _first_over(sp, ids, wp, x * remaining, margin * remaining)
+            if hit is None:
+                return None
+            if hit not in new:
+                new.append(hit)
+        for hit in new:
+            found.append(hit)
+            wp[np.searchsorted(ids, hit)] = 0.0  # drawn: weight 0 from the next draws on
+    return np.asarray(found, dtype=np.int64)
+
+
+def _first_over(s, ids, w, t: float, margin: float) -> int | None:
+    """The id of the first entry, in (``s`` descending, ``ids``) order, whose cumulative weight ``w``
+    exceeds ``t``; None when ``t`` lies within ``margin`` of a cumulative weight at that entry."""
+    base = 0.0
+    while s.size > 512:
+        sample = s[::max(1, s.size // 255)]  # a pivot near the median, from a strided sample (no draw)
+        pivot = np.partition(sample, sample.size // 2)[sample.size // 2]
+        hi = s > pivot
+        above = float(w[hi].sum())
+        if base + above > t:
+            s, ids, w = s[hi], ids[hi], w[hi]
+            continue
+        eq = s == pivot
+        level = float(w[eq].sum())
+        if base + above + level > t:  # within the entries that tie with the pivot: by id
+            base += above
+            s, ids, w = s[eq], ids[eq], w[eq]
+            break
+        base += above + level
+        lo = s < pivot
+        s, ids, w = s[lo], ids[lo], w[lo]
+    order = np.lexsort((ids, -s))
+    cum = base + np.cumsum(w[order])
+    j = int(np.searchsorted(cum, t, side="right"))
+    if j == cum.size:
+        return None
+    before = float(cum[j - 1]) if j else base
+    if t - before <= margin or float(cum[j]) - t <= margin:
+        return None
+    return int(ids[order[j]])
 
 
 def epsilon_schedule(call: int, epsilon0: float = 0.9, decay: float = 0.98, floor: float = 0.2,
