@@ -45,24 +45,46 @@ def digits8_npz(path: str) -> str:
     return path
 
 
+TASKS = ("one-step", "local-epochs")
+
+
 def fleet_scenario(num_clients: int, concurrency: int, aggregations: int, strategy: str, seed: int,
                    dataset: str, availability: str = "avail50", slot_s: float = 600.0, trace_form: str = "auto",
-                   aggregation_goal: int | None = None):
-    """The benchmark's scenario: the tiny MLP on a shared pool, ``concurrency`` tasks in flight."""
+                   aggregation_goal: int | None = None, task: str = "one-step"):
+    """The benchmark's scenario: the tiny MLP on a shared pool, ``concurrency`` tasks in flight.
+
+    ``task``: "one-step" (one local step a task, the test set read 4 times a run) or "local-epochs"
+    (a local epoch over the client's pool share, batch 4, and the test set read after every
+    aggregation: the host work of a realistic task, batch tables, padding and evaluation included)."""
     from felix_jax.experiment.scenario import Scenario
 
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {TASKS}, not {task!r}")
+    epochs = task == "local-epochs"
     return Scenario(name="fleet-scale", dataset=dataset, model="mlp", partition="pool", num_clients=num_clients,
-                    alpha=0.5, batch_size=4, learning_rate=0.1, local_mode="steps", local_steps=1,
+                    alpha=0.5, batch_size=4, learning_rate=0.1, local_mode="epochs" if epochs else "steps",
+                    local_steps=1, local_epochs=1,
                     availability=availability, slot_s=slot_s, trace_form=trace_form, strategy=strategy,
                     concurrency=concurrency, aggregation_goal=aggregation_goal or max(1, concurrency // 10),
-                    target_accuracy=None, max_virtual_hours=24.0,
-                    max_aggregations=aggregations, eval_every=max(1, aggregations // 4), seed=seed)
+                    target_accuracy=None, max_virtual_hours=24.0, max_aggregations=aggregations,
+                    eval_every=1 if epochs else max(1, aggregations // 4), seed=seed)
+
+
+def dispatch_log_of(path) -> list:
+    """``Accounting.dispatch_log`` read back from a streamed ``events.csv``: the dispatch rows, in the
+    order written (their times never go back, ties in the order logged), as the same tuples."""
+    import csv
+
+    with open(path, newline="") as f:
+        return [(float(r[0]), int(r[2]), r[3], int(r[4])) for r in csv.reader(f) if r[1] == "dispatch"]
 
 
 def measure(num_clients: int, concurrency: int, aggregations: int, strategy: str, seed: int,
             dataset: str = "digits", availability: str = "avail50", slot_s: float = 600.0,
-            trace_form: str = "auto", aggregation_goal: int | None = None, snapshot: bool = False) -> dict:
-    """One population, in this process."""
+            trace_form: str = "auto", aggregation_goal: int | None = None, snapshot: bool = False,
+            task: str = "one-step") -> dict:
+    """One population, in this process. The event log is streamed to an ``events.csv`` in a temporary
+    folder, as a run with a results folder streams it (memory bounded by a chunk)."""
     import jax
     import numpy as np
 
@@ -72,9 +94,12 @@ def measure(num_clients: int, concurrency: int, aggregations: int, strategy: str
     jax.monitoring.register_event_duration_secs_listener(
         lambda name, secs, **kw: compiles.append(secs) if name == "/jax/core/compile/backend_compile_duration" else None)
     sc = fleet_scenario(num_clients, concurrency, aggregations, strategy, seed, dataset, availability, slot_s,
-                        trace_form, aggregation_goal)
+                        trace_form, aggregation_goal, task)
     t0 = time.perf_counter()
     sim = build_simulator(sc)
+    log_dir = tempfile.TemporaryDirectory()
+    events_csv = os.path.join(log_dir.name, "events.csv")
+    sim.stream_events(events_csv)
     build_s = time.perf_counter() - t0
     build_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     compiles_build = len(compiles)
@@ -88,6 +113,9 @@ def measure(num_clients: int, concurrency: int, aggregations: int, strategy: str
     sim.queue.pop = stamped_pop
     rec = sim.run()
     t_end = time.perf_counter()
+    run_peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    sim.event_stream.close()
+    dispatch_log = dispatch_log_of(events_csv)
     sim.queue.pop = pop
     half = len(stamps) // 2  # the run's second half: its fixed costs (first compilations) are behind it
     warm = {}
@@ -118,7 +146,7 @@ def measure(num_clients: int, concurrency: int, aggregations: int, strategy: str
             load_snapshot(other, d)
             snap["snapshot_restore_s"] = time.perf_counter() - t1
             snap["restored_equal"] = (other.now == sim.now and other.version == sim.version
-                                      and other.acct.dispatch_log == sim.acct.dispatch_log)
+                                      and other.acct.summary() == sim.acct.summary())
             del other
     device_s = sum(r.seconds for r in sim.engine.records)
     sel = sim.acct.selection_seconds
@@ -132,13 +160,48 @@ def measure(num_clients: int, concurrency: int, aggregations: int, strategy: str
         "host_ms_per_event": 1000 * (rec.host_seconds - device_s) / events, **warm,
         "selection_ms_mean": 1000 * float(np.mean(sel)) if sel else 0.0, "selections": len(sel),
         "selection_ms_per_event": 1000 * float(np.sum(sel)) / events,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mb": run_peak_mb, "task": task, "max_aggregations": aggregations,
+        "events_csv_mb": os.path.getsize(events_csv) / 2 ** 20,
         "compilations": len(compiles), "compilations_in_build": compiles_build,
         "control_messages": sim.acct.control_messages, "stop_reason": rec.stop_reason,
         # the run's decisions: equal digests, equal selections (same scenario and seed, two code versions)
-        "dispatch_sha1": hashlib.sha1(repr(sim.acct.dispatch_log).encode()).hexdigest(),
+        "dispatch_sha1": hashlib.sha1(repr(dispatch_log).encode()).hexdigest(),
         "final_accuracy": rec.checkpoints[-1].accuracy if rec.checkpoints else None,
     }
+
+
+def exploit_call_ms(explored: int, picks: int = 1, calls: int = 20, seed: int = 0) -> dict:
+    """One Oort call that exploits (FeLiX's selector, epsilon at its floor, every eligible client explored),
+    timed over ``calls`` calls: ``explored`` explored clients of ``2 x explored``, half of them eligible
+    (idle and AVL_TRAIN), utilities, rounds and durations drawn at random. Its cost grows with the explored
+    eligible clients: each is scored, ranked and summed in rank order at every call."""
+    import numpy as np
+
+    from felix_jax.fleet.clientmap import ClientMap
+    from felix_jax.policies.selectors.base import SelectionContext
+    from felix_jax.policies.selectors.oort import make_oort_selector
+    from felix_jax.traces import Tier
+
+    rng = np.random.default_rng(seed)
+    n = 2 * explored
+    view = ClientMap.create(rng.integers(1, 500, n), rng.uniform(5, 60, n))
+    view.set_tier(slice(None), np.where(np.arange(n) % 2 == 0, Tier.AVL_TRAIN, Tier.UN_AVL))
+    for c in rng.permutation(n)[:explored].tolist():
+        view.record_utility(c, float(rng.exponential(10)), int(rng.integers(0, 50)))
+        view.record_training(c, float(rng.uniform(5, 60)))
+    for c in np.flatnonzero(view.utility_round < 0).tolist():  # the rest explored too: none left to explore
+        view.record_utility(c, float(rng.exponential(10)), int(rng.integers(0, 50)))
+    sel = make_oort_selector()
+    state = sel.init()._replace(calls=1_000)  # epsilon at its floor
+    eligible = view.trainable(60, False)
+    times = []
+    for i in range(calls):
+        ctx = SelectionContext(view, eligible, 60, 0.0, np.random.default_rng([seed, i]), num_eligible=view.num_trainable(60, False))
+        t0 = time.perf_counter()
+        _, state = sel.select(state, ctx, picks)
+        times.append(time.perf_counter() - t0)
+    return {"explored_eligible": int(view.num_trainable(60, False)), "picks": picks,
+            "exploit_call_ms": 1000 * float(np.median(times))}
 
 
 def fedscale_pickle(path: str, num_clients: int, seed: int = 0) -> dict:
@@ -178,7 +241,11 @@ def main(argv=None) -> int:
     ap.add_argument("--populations", type=int, nargs="+", default=[1_000, 10_000, 100_000, 1_000_000],
         help="client populations measured")
     ap.add_argument("--concurrency", type=int, default=None, help="tasks in flight (default min(N/10, 10^4))")
-    ap.add_argument("--aggregations", type=int, default=40, help="aggregations per run (max_aggregations)")
+    ap.add_argument("--aggregations", type=int, nargs="+", default=[40],
+                    help="aggregations per run (max_aggregations); several: a cell per run length (memory over a run)")
+    ap.add_argument("--task", nargs="+", default=["one-step"], choices=TASKS,
+                    help="one-step: one local step a task; local-epochs: an epoch a task and the test set after every "
+                         "aggregation")
     ap.add_argument("--strategy", nargs="+", default=["felix"], help="one or more strategies")
     ap.add_argument("--availability", nargs="+", default=["avail50"],
                     help="one or more regimes (avail50, mobiperf: the recorded trace reused cyclically, ...)")
@@ -193,6 +260,8 @@ def main(argv=None) -> int:
     ap.add_argument("--dataset", default=None, help="data set (default: the 8x8 digits, written to a temp .npz)")
     ap.add_argument("--fedscale-clients", type=int, nargs="*", default=[100_000],
                     help="also time loading a synthetic FedScale-format trace of this many clients (none: skip)")
+    ap.add_argument("--exploit-sizes", type=int, nargs="*", default=[],
+                    help="also time an exploiting Oort call with this many explored clients (half of them eligible)")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # child process: one population
     ap.add_argument("--load-fedscale", default=None, help=argparse.SUPPRESS)  # child process: one trace load
     args = ap.parse_args(argv)
@@ -201,9 +270,9 @@ def main(argv=None) -> int:
         return 0
     if args.one:
         n = args.populations[0]
-        print(json.dumps(measure(n, args.concurrency, args.aggregations, args.strategy[0], args.seed, args.dataset,
+        print(json.dumps(measure(n, args.concurrency, args.aggregations[0], args.strategy[0], args.seed, args.dataset,
                                  args.availability[0], args.slot_s[0], args.trace_form, args.aggregation_goal,
-                                 args.snapshot)))
+                                 args.snapshot, args.task[0])))
         return 0
     tmp = tempfile.TemporaryDirectory()
     dataset = args.dataset or digits8_npz(os.path.join(tmp.name, "digits8.npz"))
@@ -211,17 +280,19 @@ def main(argv=None) -> int:
     if args.out and os.path.exists(args.out) and args.resume:  # a long matrix continues: finished cells are kept
         with open(args.out) as f:
             rows = json.load(f)["rows"]
-    cells = [(n, strategy, regime, slot_s) for n in args.populations for strategy in args.strategy
-             for regime in args.availability for slot_s in (args.slot_s if regime.startswith("avail") else [600.0])]
-    for n, strategy, regime, slot_s in cells:
+    cells = [(task, n, strategy, regime, slot_s, aggs) for task in args.task for n in args.populations
+             for strategy in args.strategy for regime in args.availability
+             for slot_s in (args.slot_s if regime.startswith("avail") else [600.0]) for aggs in args.aggregations]
+    for task, n, strategy, regime, slot_s, aggs in cells:
         c = args.concurrency or max(1, min(n // 10, 10_000))
-        key = (n, c, strategy, regime, float(slot_s))
-        if any((r["num_clients"], r["concurrency"], r["strategy"], r["availability"], float(r["slot_s"])) == key
-               for r in rows):
-            print(f"N={n:>9,} {strategy} {regime} slot {slot_s:g} s c={c:,}: finished earlier, kept", flush=True)
+        key = (task, n, c, strategy, regime, float(slot_s), aggs)
+        if any((r.get("task", "one-step"), r["num_clients"], r["concurrency"], r["strategy"], r["availability"],
+                float(r["slot_s"]), r.get("max_aggregations", aggs)) == key for r in rows):
+            print(f"{task} N={n:>9,} {strategy} {regime} slot {slot_s:g} s c={c:,} {aggs} aggregations: finished "
+                  f"earlier, kept", flush=True)
             continue
         cmd = [sys.executable, os.path.abspath(__file__), "--one", "--populations", str(n), "--concurrency", str(c),
-               "--aggregations", str(args.aggregations), "--strategy", strategy, "--seed", str(args.seed),
+               "--aggregations", str(aggs), "--task", task, "--strategy", strategy, "--seed", str(args.seed),
                "--dataset", dataset, "--availability", regime, "--slot-s", str(slot_s),
                "--trace-form", args.trace_form, *(["--snapshot"] if args.snapshot else []),
                *(["--aggregation-goal", str(args.aggregation_goal)] if args.aggregation_goal else [])]
@@ -233,16 +304,23 @@ def main(argv=None) -> int:
         r = rows[-1]
         snap = (f" snapshot {r['snapshot_mb']:.0f} MB write {r['snapshot_write_s']:.1f} s restore "
                 f"{r['snapshot_restore_s']:.1f} s equal={r['restored_equal']}" if args.snapshot else "")
-        print(f"N={n:>9,} {strategy} {regime}{f'@{slot_s:g}s' if regime.startswith('avail') else ''} "
+        print(f"{task} N={n:>9,} {strategy} {regime}{f'@{slot_s:g}s' if regime.startswith('avail') else ''} "
               f"({r['trace_form']}) c={c:>6,} K={r['aggregation_goal']} events={r['events']:>7,} "
               f"host ms/event={r['host_ms_per_event']:7.3f} warm={r.get('warm_host_ms_per_event', float('nan')):7.3f} "
               f"(compilations {r.get('warm_compilations', 0)}; without them "
               f"{r.get('warm_host_ms_per_event_excl_compile', float('nan')):.3f}) selection ms={r['selection_ms_mean']:7.3f} "
               f"build s={r['build_s']:6.1f} peak RSS MB={r['peak_rss_mb']:7.0f} (build {r['build_peak_rss_mb']:.0f}) "
-              f"compilations={r['compilations']} dispatches sha1={r['dispatch_sha1'][:12]}{snap}", flush=True)
+              f"compilations={r['compilations']} aggregations={r['aggregations']} events.csv MB={r['events_csv_mb']:.0f} "
+              f"dispatches sha1={r['dispatch_sha1'][:12]}{snap}", flush=True)
         if args.out:  # after every cell: a long matrix keeps what finished
             with open(args.out, "w") as f:
                 json.dump({"rows": rows, "fedscale_loads": [], "argv": sys.argv[1:]}, f, indent=2)
+    exploits = []
+    for n in args.exploit_sizes:
+        exploits.append(exploit_call_ms(n, seed=args.seed))
+        r = exploits[-1]
+        print(f"Oort exploiting call: {r['explored_eligible']:>9,} explored eligible clients, {r['picks']} pick: "
+              f"{r['exploit_call_ms']:.2f} ms", flush=True)
     loads = []
     for n in args.fedscale_clients:  # each load in its own process: its peak RSS is the loader's
         path = os.path.join(tmp.name, f"fedscale_{n}.pkl")
@@ -259,7 +337,7 @@ def main(argv=None) -> int:
         os.remove(path)
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"rows": rows, "fedscale_loads": loads, "argv": sys.argv[1:]}, f, indent=2)
+            json.dump({"rows": rows, "fedscale_loads": loads, "exploit_calls": exploits, "argv": sys.argv[1:]}, f, indent=2)
     return 0
 
 

@@ -42,14 +42,30 @@ def test_fleet_scale_reports_a_population_and_a_fedscale_load(tmp_path):
     import json
 
     out = tmp_path / "scale.json"
-    assert load("fleet_scale").main(["--populations", "500", "--aggregations", "2", "--fedscale-clients", "300",
+    assert load("fleet_scale").main(["--populations", "500", "--aggregations", "2", "4", "--task", "one-step",
+                                     "local-epochs", "--fedscale-clients", "300", "--exploit-sizes", "3000",
                                      "--out", str(out)]) == 0
     report = json.loads(out.read_text())
-    (row,) = report["rows"]
-    assert row["num_clients"] == 500 and row["aggregations"] == 2 and row["host_ms_per_event"] > 0
-    assert len(row["dispatch_sha1"]) == 40 and row["compilations"] > 0
+    rows = {(r["task"], r["max_aggregations"]): r for r in report["rows"]}
+    assert set(rows) == {(t, a) for t in ("one-step", "local-epochs") for a in (2, 4)}  # a cell per task and length
+    for (task, aggs), row in rows.items():
+        assert row["num_clients"] == 500 and row["aggregations"] == aggs and row["host_ms_per_event"] > 0
+        assert len(row["dispatch_sha1"]) == 40 and row["compilations"] > 0
+        assert row["events_csv_mb"] > 0  # the log streamed to a file, as a run with a results folder does
+    # the digest is read back from the streamed log: the same as the run's dispatch log held in memory
+    from felix_jax.experiment.runner import build_simulator
+
+    fs = load("fleet_scale")
+    sc = fs.fleet_scenario(500, 50, 2, "felix", 0, fs.digits8_npz(str(tmp_path / "d.npz")))
+    sim = build_simulator(sc)
+    sim.run()
+    import hashlib
+
+    assert hashlib.sha1(repr(sim.acct.dispatch_log).encode()).hexdigest() == rows["one-step", 2]["dispatch_sha1"]
     (trace,) = report["fedscale_loads"]
     assert trace["clients"] == 300 and trace["rows"] >= 300 and trace["load_s"] > 0
+    (exploit,) = report["exploit_calls"]
+    assert exploit["explored_eligible"] == 3000 and exploit["exploit_call_ms"] > 0
 
 
 def test_centralized_reference_trains_and_reports_a_curve(tmp_path):
