@@ -45,8 +45,9 @@ def make_writers(spec: str | Sequence | None) -> tuple[MetricWriter, ...]:
         if writer.kind in seen:
             raise WriterError(f"--log-to lists {writer.kind} more than once")
         seen.add(writer.kind)
-        writer.check()
         writers.append(writer)
+    for writer in writers:  # the list itself first (names, repeats), then the packages each one needs
+        writer.check()
     return tuple(writers)
 
 
