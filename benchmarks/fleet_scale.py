@@ -14,6 +14,9 @@ the same population and seed made the same selections (a check that a speed-up c
 
     python benchmarks/fleet_scale.py                              # 10^3 .. 10^6, c = min(N/10, 10^4)
     python benchmarks/fleet_scale.py --populations 1000 100000 --concurrency 100 --out scale.json
+    python benchmarks/fleet_scale.py --populations 100000 10000000 --concurrency 10000 --aggregation-goal 1000 \
+        --strategy felix oort-async-oracle fedbuff --slot-s 30 --aggregations 40 160 --task one-step local-epochs \
+        --exploit-sizes 10000 100000 1000000 --resume --out day.json   # BENCHMARKS.md, "A fleet day"
 
 It also times loading a FedScale-format availability trace (a synthetic ``client_behave_trace``
 pickle of ``--fedscale-clients`` devices, 10^5 by default) in a process of its own, with its peak RSS.
@@ -174,7 +177,25 @@ def exploit_call_ms(explored: int, picks: int = 1, calls: int = 20, seed: int = 
     """One Oort call that exploits (FeLiX's selector, epsilon at its floor, every eligible client explored),
     timed over ``calls`` calls: ``explored`` explored clients of ``2 x explored``, half of them eligible
     (idle and AVL_TRAIN), utilities, rounds and durations drawn at random. Its cost grows with the explored
-    eligible clients: each is scored, ranked and summed in rank order at every call."""
+    eligible clients: each is scored, and the candidates are ranked (``sorted``: a sort of every score, as
+    before weighted selection) or found by weighted selection (``exploit_call_ms``), the same picks."""
+    import numpy as np
+
+    from felix_jax.policies.selectors import oort_math
+
+    fast = _exploit_calls(explored, picks, calls, seed)
+    threshold = oort_math._FAST_MIN_SCORED
+    oort_math._FAST_MIN_SCORED = 1 << 62  # every call the sorted way
+    try:
+        slow = _exploit_calls(explored, picks, calls, seed)
+    finally:
+        oort_math._FAST_MIN_SCORED = threshold
+    same = all(np.array_equal(a, b) for a, b in zip(fast["picks"], slow["picks"]))
+    return {"explored_eligible": fast["explored_eligible"], "picks": picks, "exploit_call_ms": fast["ms"],
+            "exploit_call_sorted_ms": slow["ms"], "same_picks": same}
+
+
+def _exploit_calls(explored: int, picks: int, calls: int, seed: int) -> dict:
     import numpy as np
 
     from felix_jax.fleet.clientmap import ClientMap
@@ -194,14 +215,16 @@ def exploit_call_ms(explored: int, picks: int = 1, calls: int = 20, seed: int = 
     sel = make_oort_selector()
     state = sel.init()._replace(calls=1_000)  # epsilon at its floor
     eligible = view.trainable(60, False)
-    times = []
+    times, chosen = [], []
     for i in range(calls):
-        ctx = SelectionContext(view, eligible, 60, 0.0, np.random.default_rng([seed, i]), num_eligible=view.num_trainable(60, False))
+        ctx = SelectionContext(view, eligible, 60, 0.0, np.random.default_rng([seed, i]),
+                               num_eligible=view.num_trainable(60, False))
         t0 = time.perf_counter()
-        _, state = sel.select(state, ctx, picks)
+        clients, state = sel.select(state, ctx, picks)
         times.append(time.perf_counter() - t0)
-    return {"explored_eligible": int(view.num_trainable(60, False)), "picks": picks,
-            "exploit_call_ms": 1000 * float(np.median(times))}
+        chosen.append(clients)
+    return {"explored_eligible": int(view.num_trainable(60, False)), "ms": 1000 * float(np.median(times)),
+            "picks": chosen}
 
 
 def fedscale_pickle(path: str, num_clients: int, seed: int = 0) -> dict:
@@ -320,7 +343,8 @@ def main(argv=None) -> int:
         exploits.append(exploit_call_ms(n, seed=args.seed))
         r = exploits[-1]
         print(f"Oort exploiting call: {r['explored_eligible']:>9,} explored eligible clients, {r['picks']} pick: "
-              f"{r['exploit_call_ms']:.2f} ms", flush=True)
+              f"{r['exploit_call_ms']:.2f} ms (sorted: {r['exploit_call_sorted_ms']:.2f} ms; same picks: "
+              f"{r['same_picks']})", flush=True)
     loads = []
     for n in args.fedscale_clients:  # each load in its own process: its peak RSS is the loader's
         path = os.path.join(tmp.name, f"fedscale_{n}.pkl")

@@ -65,7 +65,7 @@ def test_fleet_scale_reports_a_population_and_a_fedscale_load(tmp_path):
     (trace,) = report["fedscale_loads"]
     assert trace["clients"] == 300 and trace["rows"] >= 300 and trace["load_s"] > 0
     (exploit,) = report["exploit_calls"]
-    assert exploit["explored_eligible"] == 3000 and exploit["exploit_call_ms"] > 0
+    assert exploit["explored_eligible"] == 3000 and exploit["exploit_call_ms"] > 0 and exploit["same_picks"]
 
 
 def test_centralized_reference_trains_and_reports_a_curve(tmp_path):
