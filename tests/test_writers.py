@@ -163,6 +163,26 @@ def test_run_log_to_writes_events_and_an_mlflow_run_equal_to_metrics_csv(tmp_pat
 
 
 @needs_tbx
+def test_event_files_of_one_second_sort_in_the_order_they_were_opened(tmp_path, monkeypatch):
+    """tensorboardX names an event file by the second and the host; a run resumed within the same second
+    (or any two logs of one folder) must still be read in the order written: the writer's suffix carries
+    the nanosecond before its random part. (Its uuid alone ordered a fast resume at random.)"""
+    import time as time_module
+
+    from tensorboardX import SummaryWriter
+
+    from felix_jax.experiment.writers.tensorboard_writer import event_files, file_suffix
+
+    monkeypatch.setattr(time_module, "time", lambda: 1_700_000_000.0)  # every file in the same second
+    made = []
+    for _ in range(12):
+        before = set(event_files(tmp_path))
+        SummaryWriter(logdir=str(tmp_path), filename_suffix=file_suffix()).close()
+        (new,) = set(event_files(tmp_path)) - before
+        made.append(new)
+    assert event_files(tmp_path) == made and len({p.name.split(".")[3] for p in made}) == 1  # one second
+
+
 def test_a_resumed_run_continues_its_logs_without_repeating_a_step(tmp_path, monkeypatch):
     """A run that dies at version 6 with its last snapshot at 4 (its logs hold 0-6), resumed: the
     resumed run computes 5 and 6 again, and the logs hold every step 0-10 once, equal to the finished

@@ -8,6 +8,7 @@ import dataclasses
 import json
 import os
 import struct
+import time
 import uuid
 from pathlib import Path
 from typing import Iterable
@@ -93,6 +94,14 @@ def last_logged_step(logdir: Path, tag: str = "test/accuracy") -> int | None:
     return max(steps) if steps else None
 
 
+def file_suffix() -> str:
+    """The end of a new event file's name: unique per writer (tensorboardX names files by the second and
+    the host only), and ordered in time within a second (the nanosecond, zero-padded, before the process
+    and a random part), so that a run resumed within the same second is read after what it continues:
+    the readers (tensorboard's and :func:`event_files`) take a folder's files in name order."""
+    return f".{time.time_ns():020d}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+
+
 class _TensorBoardLog(RunLog):
     def __init__(self, spec: TensorBoardWriter, info: RunInfo):
         from tensorboardX import SummaryWriter
@@ -104,9 +113,7 @@ class _TensorBoardLog(RunLog):
         else:  # a run started afresh: the folder's earlier events are not its own
             for path in event_files(self.logdir):
                 path.unlink()
-        # a unique file per writer (tensorboardX names files by the second and the host only)
-        self.writer = SummaryWriter(logdir=str(self.logdir), flush_secs=spec.flush_s,
-                                    filename_suffix=f".{os.getpid()}.{uuid.uuid4().hex[:8]}")
+        self.writer = SummaryWriter(logdir=str(self.logdir), flush_secs=spec.flush_s, filename_suffix=file_suffix())
         self.fw = self.writer._get_file_writer()
         if self.last_step is None:  # a new log: what the run is
             self._describe(info.config)
