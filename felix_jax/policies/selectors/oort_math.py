@@ -383,7 +383,8 @@ def _exploit_pick_by_selection(rng, s, m, cut_off, min_factor) -> np.ndarray | N
     ids = np.flatnonzero(positive)
     if ids.size < k:  # non-positive candidates drawn too: the sorted way
         return None
-    sp, wp = s[ids], s[ids].copy()
+    sp = s[ids]
+    wp = sp.copy()  # the weights; a drawn candidate's goes to 0
     total = float(wp.sum())
     if not (np.isfinite(total) and total > 0) or float(wp.min()) < 1e-290 * total:
         return None
