@@ -298,9 +298,9 @@ def test_delta_store_scatter_gather_and_grow():
     from felix_jax.cohort import DeltaStore
 
     template = {"w": jnp.zeros((3,))}
-    store = DeltaStore(template, capacity=2)
+    store = DeltaStore(template, capacity=2, page_rows=2)
     rows = {"w": jnp.arange(12.0).reshape(4, 3)}  # a padded output of 4 rows, 3 real
-    slots = store.write(rows, np.array([0, 2, 3]))  # needs 3 rows: grows to 4
+    slots = store.write(rows, np.array([0, 2, 3]))  # needs 3 rows: a second page of 2
     assert store.capacity == 4 and store.num_used == 3
     got = store.gather(slots)
     np.testing.assert_array_equal(np.asarray(got["w"]), np.asarray(rows["w"])[[0, 2, 3]])

@@ -170,12 +170,12 @@ class StoreTest(JitVariants):
             versions.put(7, {"a": jnp.array([1.0, 2.0])})
             versions.put(9, {"a": jnp.array([3.0, 4.0])})  # full: doubles to 2 slots
             np.testing.assert_array_equal(versions.stacked["a"], [[1, 2], [3, 4]])
-            deltas = DeltaStore({"a": jnp.zeros(2)}, capacity=2)
-            # a padded output of 3 rows, rows 0 and 2 real: they take the free slots 1 and 0 (popped
-            # from the end); the padding row 1 goes to the trash row (index 2)
+            deltas = DeltaStore({"a": jnp.zeros(2)}, capacity=2, page_rows=2)
+            # a padded output of 3 rows, rows 0 and 2 real: they take the lowest free slots 0 and 1;
+            # the padding row 1 goes to the page's trash row (index 2)
             slots = deltas.write({"a": jnp.array([[1.0, 1.0], [9.0, 9.0], [2.0, 2.0]])}, np.array([0, 2]))
-            assert slots.tolist() == [1, 0] and deltas.trash == 2
-            np.testing.assert_array_equal(deltas.stacked["a"], [[2, 2], [1, 1], [9, 9]])
+            assert slots.tolist() == [0, 1] and deltas.trash == 2
+            np.testing.assert_array_equal(deltas.stacked["a"], [[1, 1], [2, 2], [9, 9]])
             np.testing.assert_array_equal(deltas.gather(slots)["a"], [[1, 1], [2, 2]])
             deltas.free(slots[:1])
             assert deltas.num_used == 1

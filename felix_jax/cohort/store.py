@@ -8,6 +8,7 @@ the version -> slot map and frees slots when no pending task needs a version.
 
 from __future__ import annotations
 
+import heapq
 from functools import partial
 
 import jax
@@ -122,62 +123,131 @@ def _stack_rows(like: Params, size: int, slots, rows: Params | None) -> Params:
     return _scatter_rows(stacked, jnp.asarray(np.asarray(slots, np.int32)), rows)
 
 
-class DeltaStore:
-    """Device rows for model updates waiting to be aggregated (fixed shapes, no eager gathers).
+PAGE_BYTES = 64 * 2 ** 20  # a DeltaStore page's size, about; its rows are a power of two in [64, 4096]
 
-    ``write`` scatters a whole padded cohort output at once (padded rows go to a
-    trash row), ``gather`` takes K rows for an aggregation; both are jitted, so
-    they compile once per bucket size / K, not once per flush. The host hands out
-    and frees row ids; the store doubles when full.
+
+def page_rows_for(row_bytes: int, page_bytes: int = PAGE_BYTES) -> int:
+    """Rows in a :class:`DeltaStore` page: the largest power of two whose rows fit ``page_bytes``,
+    at least 64 (a page of large rows) and at most 4,096 (a page of small ones)."""
+    rows = max(1, int(page_bytes) // max(1, int(row_bytes)))
+    return int(min(4096, max(64, 1 << (rows.bit_length() - 1))))
+
+
+@partial(jax.jit, donate_argnums=0)
+def _gather_into(out: Params, page: Params, rows: jax.Array, take: jax.Array) -> Params:
+    """``out`` with its rows where ``take`` holds replaced by ``page[rows]`` (the other rows kept exactly)."""
+    def one(o, s):
+        mask = take.reshape((-1,) + (1,) * (o.ndim - 1))
+        return jnp.where(mask, s[rows], o)
+    return jax.tree_util.tree_map(one, out, page)
+
+
+class DeltaStore:
+    """Device rows for model updates waiting to be aggregated, in fixed-size pages.
+
+    ``write`` scatters a whole padded cohort output at once into the pages its slots fall in (padded
+    rows go to a page's trash row), ``gather`` takes K rows for an aggregation, page by page; both are
+    jitted on a page's shape, which never changes, so they compile once per bucket size / K. The host
+    hands out the lowest free slot first, so the rows in use stay packed in the first pages.
+
+    When every row is taken the store adds a page: nothing is copied, so memory follows the rows held
+    (to within a page) and no growth holds an old and a new array at once, as a doubling array would.
+    What bounds it is the number of updates held (tasks in flight plus detached ones whose client has
+    not come back), not the run's length (docs/architecture.md, "What a run holds").
     """
 
-    def __init__(self, template: Params, capacity: int = 64):
-        self.capacity = int(capacity)
-        self.stacked = jax.tree_util.tree_map(lambda p: jnp.zeros((self.capacity + 1,) + p.shape, p.dtype), template)
-        self._free = list(range(self.capacity))
+    def __init__(self, template: Params, capacity: int = 64, page_rows: int | None = None):
+        row_bytes = sum(int(np.prod(np.shape(leaf))) * np.dtype(leaf.dtype).itemsize
+                        for leaf in jax.tree_util.tree_leaves(template))
+        self.page_rows = int(page_rows) if page_rows is not None else page_rows_for(row_bytes)
+        if self.page_rows < 1:
+            raise ValueError(f"page_rows must be >= 1, got {page_rows}")
+        self._row = jax.tree_util.tree_map(lambda p: jax.ShapeDtypeStruct(np.shape(p), p.dtype), template)
+        self.pages: list[Params] = []
+        self._free: list[int] = []  # a heap: the lowest free slot is taken first
+        self._add_pages(max(1, -(-int(capacity) // self.page_rows)))
+
+    @property
+    def capacity(self) -> int:
+        return len(self.pages) * self.page_rows
 
     @property
     def trash(self) -> int:
-        return self.capacity
+        """The row (in every page) that padded rows are written to."""
+        return self.page_rows
+
+    @property
+    def stacked(self) -> Params:
+        """Every page's rows, trash rows included, as one array (a copy; tests and inspection only)."""
+        return jax.tree_util.tree_map(lambda *leaves: jnp.concatenate(leaves), *self.pages)
 
     def write(self, rows: Params, real: np.ndarray) -> np.ndarray:
         """Stores rows ``real`` of ``rows`` (leaves (B, ...)); returns their slots (same order)."""
         real = np.asarray(real, np.int64)
-        while len(self._free) < len(real):
-            self._grow()
-        slots = np.array([self._free.pop() for _ in real], np.int64)
+        short = len(real) - len(self._free)
+        if short > 0:
+            self._add_pages(-(-short // self.page_rows))
+        slots = np.array([heapq.heappop(self._free) for _ in real], np.int64)
         size = jax.tree_util.tree_leaves(rows)[0].shape[0]
-        target = np.full(size, self.trash, np.int32)
-        target[real] = slots
-        self.stacked = _scatter_rows(self.stacked, jnp.asarray(target), rows)
+        page_of = slots // self.page_rows
+        for page in np.unique(page_of):
+            mine = page_of == page
+            target = np.full(size, self.trash, np.int32)
+            target[real[mine]] = slots[mine] - page * self.page_rows
+            self.pages[page] = _scatter_rows(self.pages[page], jnp.asarray(target), rows)
         return slots
 
     def gather(self, slots) -> Params:
-        return _gather_rows(self.stacked, jnp.asarray(np.asarray(slots, np.int32)))
+        """The rows at ``slots``, stacked in that order (leaves (len(slots), ...))."""
+        slots = np.asarray(slots, np.int64).reshape(-1)
+        page_of, row = np.divmod(slots, self.page_rows)
+        pages = np.unique(page_of) if len(slots) else np.zeros(1, np.int64)
+        first = pages[0]
+        out = _gather_rows(self.pages[first], jnp.asarray(np.where(page_of == first, row, 0).astype(np.int32)))
+        for page in pages[1:]:
+            take = page_of == page
+            out = _gather_into(out, self.pages[page], jnp.asarray(np.where(take, row, 0).astype(np.int32)),
+                               jnp.asarray(take))
+        return out
 
     def free(self, slots) -> None:
-        self._free.extend(int(s) for s in slots)
+        for s in slots:
+            heapq.heappush(self._free, int(s))
 
     @property
     def num_used(self) -> int:
         return self.capacity - len(self._free)
 
     def state_dict(self) -> dict:
-        """Host bookkeeping plus the rows in use as device rows (snapshots); free rows and the trash row
+        """Host bookkeeping plus the rows in use as device rows (snapshots); free rows and the trash rows
         are always written before they are read, so they are not kept."""
         free = set(self._free)
         used = [s for s in range(self.capacity) if s not in free]
         rows = self.gather(used) if used else None
-        return {"capacity": self.capacity, "used": used, "free": list(self._free), "rows": rows}
+        return {"capacity": self.capacity, "page_rows": self.page_rows, "used": used, "free": sorted(self._free),
+                "rows": rows}
 
     def load_state_dict(self, state: dict) -> None:
-        self.capacity = int(state["capacity"])
-        self.stacked = _stack_rows(self.stacked, self.capacity + 1, state["used"], state["rows"])
-        self._free = [int(s) for s in state["free"]]
+        """Restores a snapshot's rows; one written by a doubling store (no ``page_rows``) is laid out in
+        this store's pages, its slots unchanged."""
+        capacity = int(state["capacity"])
+        self.pages, self._free = [], []
+        self._add_pages(max(1, -(-capacity // self.page_rows)))
+        self._free = sorted({int(s) for s in state["free"]} | set(range(capacity, self.capacity)))
+        used = np.asarray(state["used"], np.int64)
+        if state["rows"] is None or not len(used):
+            return
+        page_of = used // self.page_rows
+        for page in np.unique(page_of):
+            mine = np.flatnonzero(page_of == page)
+            part = jax.tree_util.tree_map(lambda r: jnp.asarray(r)[mine], state["rows"])
+            self.pages[page] = _scatter_rows(self.pages[page], jnp.asarray(
+                (used[mine] - page * self.page_rows).astype(np.int32)), part)
 
-    def _grow(self) -> None:
-        old = self.capacity
-        self.capacity *= 2
-        # the old trash row (index old) becomes an ordinary free row; the new trash is the last
-        self.stacked = _append_zero_rows(self.stacked, old)
-        self._free.extend(range(old, self.capacity))
+    def _add_pages(self, n: int) -> None:
+        for _ in range(n):
+            first = self.capacity
+            self.pages.append(jax.tree_util.tree_map(
+                lambda r: jnp.zeros((self.page_rows + 1,) + r.shape, r.dtype), self._row))
+            # every new slot exceeds every slot already in the heap, so appending them in order keeps it a heap
+            self._free.extend(range(first, first + self.page_rows))
