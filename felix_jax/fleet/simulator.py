@@ -460,7 +460,7 @@ class FleetSimulator:
         if self.cfg.detaches_on_departure and math.isfinite(left_s):
             self.queue.push(left_s, EventKind.CLIENT_LEFT, tid)
         if math.isfinite(self.cfg.timeout_s):
-            self.queue.push(self.now + self.cfg.timeout_s, EventKind.TIMEOUT, tid)
+            self.queue.push_timer(self.now + self.cfg.timeout_s, EventKind.TIMEOUT, tid)  # a reply withdraws it
 
     def _log(self, t: float, event: str, client: int, kind: str, version: int, staleness: int = -1,
              weight: float | None = None) -> None:
@@ -529,6 +529,7 @@ class FleetSimulator:
 
     def _handle_reply(self, tid: int) -> None:
         task = self.tasks.pop(tid)
+        self.queue.cancel_timer(tid)  # its timeout would find the task gone and do nothing
         self._leaves_flight(task)
         task.replied = True
         c = task.client
