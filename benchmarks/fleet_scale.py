@@ -109,8 +109,15 @@ def measure(num_clients: int, concurrency: int, aggregations: int, strategy: str
     stamps = []  # at each event: (wall clock, device calls so far, compilations so far, selections so far)
     pop = sim.queue.pop
 
+    curve = []  # every 10th aggregation: (aggregation, resident MB now, delta store rows, updates held)
+    seen = [-1]
+
     def stamped_pop():
         stamps.append((time.perf_counter(), len(sim.engine.records), len(compiles), len(sim.acct.selection_seconds)))
+        if sim.version != seen[0]:
+            seen[0] = sim.version
+            if sim.version % 10 == 0:
+                curve.append((sim.version, resident_mb(), sim.executor.deltas.capacity, sim.executor.deltas.num_used))
         return pop()
 
     sim.queue.pop = stamped_pop
@@ -170,7 +177,18 @@ def measure(num_clients: int, concurrency: int, aggregations: int, strategy: str
         # the run's decisions: equal digests, equal selections (same scenario and seed, two code versions)
         "dispatch_sha1": hashlib.sha1(repr(dispatch_log).encode()).hexdigest(),
         "final_accuracy": rec.checkpoints[-1].accuracy if rec.checkpoints else None,
+        "queue_len_end": len(sim.queue),
+        "rss_curve": curve,  # [aggregation, resident MB, delta store rows, updates held] every 10th
     }
+
+
+def resident_mb() -> float:
+    """This process's resident memory now (Linux ``/proc/self/statm``; NaN elsewhere)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+    except (OSError, ValueError, IndexError):
+        return float("nan")
 
 
 def exploit_call_ms(explored: int, picks: int = 1, calls: int = 20, seed: int = 0) -> dict:

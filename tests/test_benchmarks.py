@@ -52,6 +52,8 @@ def test_fleet_scale_reports_a_population_and_a_fedscale_load(tmp_path):
         assert row["num_clients"] == 500 and row["aggregations"] == aggs and row["host_ms_per_event"] > 0
         assert len(row["dispatch_sha1"]) == 40 and row["compilations"] > 0
         assert row["events_csv_mb"] > 0  # the log streamed to a file, as a run with a results folder does
+        (v, mb, rows_, held), = row["rss_curve"]  # every 10th aggregation: the first only, in a short run
+        assert v == 0 and mb > 0 and rows_ >= held >= 0
     # the digest is read back from the streamed log: the same as the run's dispatch log held in memory
     from felix_jax.experiment.runner import build_simulator
 
