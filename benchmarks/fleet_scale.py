@@ -106,14 +106,16 @@ def measure(num_clients: int, concurrency: int, aggregations: int, strategy: str
     build_s = time.perf_counter() - t0
     build_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     compiles_build = len(compiles)
-    stamps = []  # at each event: (wall clock, device calls so far, compilations so far, selections so far)
+    stamps = []  # at each event: (wall clock, device seconds and compiling calls' seconds so far, compilations
+    # so far, selections so far); the engine keeps running totals of its calls, not every call
     pop = sim.queue.pop
 
     curve = []  # every 10th aggregation: (aggregation, resident MB now, delta store rows, updates held)
     seen = [-1]
 
     def stamped_pop():
-        stamps.append((time.perf_counter(), len(sim.engine.records), len(compiles), len(sim.acct.selection_seconds)))
+        stamps.append((time.perf_counter(), sim.engine.records.seconds, sim.engine.records.compiled_seconds,
+                       len(compiles), len(sim.acct.selection_seconds)))
         if sim.version != seen[0]:
             seen[0] = sim.version
             if sim.version % 10 == 0:
@@ -130,12 +132,12 @@ def measure(num_clients: int, concurrency: int, aggregations: int, strategy: str
     half = len(stamps) // 2  # the run's second half: its fixed costs (first compilations) are behind it
     warm = {}
     if len(stamps) >= 2:
-        t_h, rec_h, comp_h, sel_h = stamps[half]
+        t_h, dev_h, dev_compiled_h, comp_h, sel_h = stamps[half]
         n_half = len(stamps) - half
-        dev_half = sum(r.seconds for r in sim.engine.records[rec_h:])
+        dev_half = sim.engine.records.seconds - dev_h
         # compilations outside the device calls (the calls' own are in their seconds): at least the
         # half's compile seconds beyond what its compiling calls took, so this errs toward more host time
-        compiling_calls = sum(r.seconds for r in sim.engine.records[rec_h:] if r.compiled)
+        compiling_calls = sim.engine.records.compiled_seconds - dev_compiled_h
         outside = max(0.0, float(sum(compiles[comp_h:])) - compiling_calls)
         warm = {"warm_events": n_half, "warm_host_ms_per_event": 1000 * (t_end - t_h - dev_half) / n_half,
                 "warm_host_ms_per_event_excl_compile": 1000 * (t_end - t_h - dev_half - outside) / n_half,
@@ -158,7 +160,7 @@ def measure(num_clients: int, concurrency: int, aggregations: int, strategy: str
             snap["restored_equal"] = (other.now == sim.now and other.version == sim.version
                                       and other.acct.summary() == sim.acct.summary())
             del other
-    device_s = sum(r.seconds for r in sim.engine.records)
+    device_s = sim.engine.records.seconds
     sel = sim.acct.selection_seconds
     events = max(rec.events_processed, 1)
     return {

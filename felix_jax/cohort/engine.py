@@ -26,7 +26,6 @@ off, it costs one boolean test per call.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from functools import lru_cache, partial
 from typing import Literal, NamedTuple
@@ -40,6 +39,7 @@ from ..data.streams import ClientStreams
 from ..models.base import Model, Params
 from . import checks
 from .buckets import next_pow2, plan_buckets
+from .call_log import CallLog, CallRecord  # noqa: F401  (CallRecord importable from here, as before)
 from .config import LocalEvalConfig, LocalTrainConfig
 from .local import (EvalResult, eval_final, eval_init, eval_step, local_eval, local_train, train_final,
                     train_init, train_step)
@@ -78,18 +78,6 @@ class CohortTrainOutput(NamedTuple):
 class CohortEvalOutput(NamedTuple):
     stats: LossStats  # numpy (n,) each
     correct: np.ndarray  # (n,) float32
-
-
-@dataclasses.dataclass
-class CallRecord:
-    kind: str  # "train" or "eval"
-    num_tasks: int  # real tasks
-    padded_tasks: int  # bucket size (a power of two per device)
-    executed_work: int  # task-steps computed (chunks stop at their longest task)
-    useful_work: int  # sum of real tasks' steps / batches
-    seconds: float  # host wall time incl. device sync
-    compiled: bool  # first call with this shape
-    own_tasks: int | None = None  # a call shared with other experiments (cohort/group.py): this one's tasks
 
 
 # The fixed cost of one more device call, in task-steps, by backend (``plan_buckets``'s
@@ -184,7 +172,7 @@ class CohortEngine:
         most = self.counts if streams is None else np.full(len(self.counts), streams.max_usable)
         self.train_scan_len = int(self.train_cfg.num_steps(most).max(initial=1))
         self.eval_scan_len = int(self.eval_cfg.num_batches(most).max(initial=1))
-        self.records: list[CallRecord] = []
+        self.records = CallLog()  # every call's totals and the last calls' records (call_log.py)
         self._seen_shapes: set[tuple] = set()
         self.debug_checks = checks.debug_checks_from_env() if debug_checks is None else bool(debug_checks)
         self._template = None  # the model's parameter shapes, for the debug checks (on first use)
@@ -282,26 +270,7 @@ class CohortEngine:
 
     def batch_summary(self) -> dict:
         """Achieved batch sizes, padding waste and timing over all calls so far."""
-        out = {}
-        for kind in ("train", "eval"):
-            recs = [r for r in self.records if r.kind == kind]
-            if not recs:
-                continue
-            padded = sum(r.executed_work for r in recs)
-            useful = sum(r.useful_work for r in recs)
-            sizes = np.array([r.num_tasks for r in recs])  # a shared call's: every experiment's tasks
-            own = [r.num_tasks if r.own_tasks is None else r.own_tasks for r in recs]
-            out[kind] = {
-                "calls": len(recs),
-                "tasks": int(sum(own)),
-                "mean_tasks_per_call": float(sizes.mean()),
-                "p10_tasks_per_call": float(np.percentile(sizes, 10)),
-                "p90_tasks_per_call": float(np.percentile(sizes, 90)),
-                "padding_waste": 0.0 if padded == 0 else 1.0 - useful / padded,
-                "compiles": sum(r.compiled for r in recs),
-                "seconds": float(sum(r.seconds for r in recs)),
-            }
-        return out
+        return self.records.summary()
 
     # ---- internals ------------------------------------------------------------------
     def _param_template(self):

@@ -11,8 +11,6 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
-
 from ..fleet.simulator import Checkpoint, RunFailed, RunRecord
 from ..fleet.snapshot import SnapshotPolicy, save_snapshot
 from ..plugin_calls import PluginError
@@ -220,7 +218,8 @@ def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every
             if sim is not None and sim.event_stream is not None:
                 sim.event_stream.close()
     summary = summarize(record, sc.seed, sim.engine.batch_summary())
-    summary["flush_tasks_mean"] = float(np.mean(sim.executor.flush_sizes)) if sim.executor.flush_sizes else 0.0
+    ex = sim.executor
+    summary["flush_tasks_mean"] = ex.flushed_tasks / ex.flushes if ex.flushes else 0.0
     if batch is not None:  # shared calls: the batch's statistics; compilations are the process's, not this run's
         summary["batch"] = batch.summary()
         summary["xla_compilations"] = None

@@ -50,7 +50,8 @@ class LazyExecutor:
                                  jax.tree_util.tree_map(lambda s: s[0], store.stacked))
         self._pending: dict[int, _Pending] = {}
         self._done: dict[int, TrainOutcome | EvalOutcome] = {}
-        self.flush_sizes: list[int] = []
+        self.flushes = 0  # flushes that computed something, and their tasks (a mean, not a list: bounded)
+        self.flushed_tasks = 0
         self.current_version: int | None = None
 
     def publish(self, version: int, params: Params) -> None:
@@ -96,13 +97,16 @@ class LazyExecutor:
         both device stores (snapshots). Pending tasks stay pending: a resumed run computes them in the
         same flush as an uninterrupted one."""
         return {"pending": list(self._pending.values()), "done": dict(self._done),
-                "flush_sizes": list(self.flush_sizes), "current_version": self.current_version,
+                "flushes": self.flushes, "flushed_tasks": self.flushed_tasks, "current_version": self.current_version,
                 "store": self.store.state_dict(), "deltas": self.deltas.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         self._pending = {p.task_id: p for p in state["pending"]}
         self._done = dict(state["done"])
-        self.flush_sizes = list(state["flush_sizes"])
+        if "flush_sizes" in state:  # a snapshot from when every flush's size was kept
+            self.flushes, self.flushed_tasks = len(state["flush_sizes"]), int(sum(state["flush_sizes"]))
+        else:
+            self.flushes, self.flushed_tasks = int(state["flushes"]), int(state["flushed_tasks"])
         self.current_version = state["current_version"]
         self.store.load_state_dict(state["store"])
         self.deltas.load_state_dict(state["deltas"])
@@ -116,7 +120,8 @@ class LazyExecutor:
         self._pending.clear()
         if not pending:
             return
-        self.flush_sizes.append(len(pending))
+        self.flushes += 1
+        self.flushed_tasks += len(pending)
         for kind in ("train", "eval"):
             tasks = [p for p in pending if p.kind == kind]
             if not tasks:

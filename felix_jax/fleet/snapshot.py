@@ -332,13 +332,13 @@ def _state(sim: "FleetSimulator") -> dict:
         "aggregation_times": sim.aggregation_times,
         "accuracies": sim._accuracies,
         "test_hits": sim.test_hits,
-        "cohort_calls": sim.engine.records,
+        "cohort_calls": sim.engine.records.state_dict(),
     }
 
 
 def _known_types(sim: "FleetSimulator") -> dict[str, type]:
     from ..cohort import LossStats
-    from ..cohort.engine import CallRecord
+    from ..cohort.call_log import CallRecord
     from .accounting import Accounting
     from .clientmap import ClientMap
     from .events import Event, EventKind
@@ -352,6 +352,7 @@ def _known_types(sim: "FleetSimulator") -> dict[str, type]:
     types = {_type_name(t): t for t in fixed}
     # snapshots written before the records had a module of their own name them by the simulator's
     types.update({f"felix_jax.fleet.simulator.{t.__qualname__}": t for t in (Checkpoint, Update)})
+    types["felix_jax.cohort.engine.CallRecord"] = CallRecord  # before the call log had a module of its own
     # selector and optimizer states: whatever types this simulator's own fresh states are made of
     types.update(record_types(sim.server_opt_state, sim._sel_state, sim._eval_sel_state))
     return types
@@ -391,7 +392,7 @@ def _apply(sim: "FleetSimulator", s: dict) -> None:
     if "client_free_at" in s:  # a snapshot written before queued sync tasks existed has none (all zeros)
         sim._client_free_at = np.asarray(s["client_free_at"], np.float64).copy()
     sim.checkpoints, sim.aggregation_times, sim._accuracies = s["checkpoints"], s["aggregation_times"], s["accuracies"]
-    sim.engine.records[:] = s["cohort_calls"]
+    sim.engine.records.load_state_dict(s["cohort_calls"])  # an older snapshot's list of records too
     # a snapshot written before test_hits existed holds none (its run kept none)
     sim.test_hits = [np.asarray(h, np.uint8) for h in s.get("test_hits", [])]
 
