@@ -54,8 +54,9 @@ import numpy as np
 if TYPE_CHECKING:
     from .simulator import FleetSimulator
 
-FORMAT = 3  # 2: a serial server's queue (fleet/reading.py); 3: the event log streamed to events.csv
-READS = (2, 3)  # a format-2 snapshot holds its event log's rows in its accounting (written out on resume)
+FORMAT = 4  # 2: a serial server's queue (fleet/reading.py); 3: the event log streamed to events.csv;
+# 4: the queue's timers beside its heap, the paged delta store and the engine's call totals (formats 2-3 load)
+READS = (2, 3, 4)  # a format-2 snapshot holds its event log's rows in its accounting (written out on resume)
 LATEST = "LATEST"
 _HOST_JSON, _HOST_NPZ, _DEVICE = "host.json", "host.npz", "device"
 _CHECKSUMS = "CHECKSUMS.json"  # sha256 of every other file of a snapshot, written last
