@@ -93,3 +93,4 @@ def test_a_run_holds_a_timer_a_task_held_not_one_a_task_dispatched():
     assert {e.payload for e in timers} <= set(sim.tasks)  # only tasks still held keep one
     assert all(e.kind == EventKind.TIMEOUT for e in timers) and not any(
         e.kind == EventKind.TIMEOUT for e in sim.queue.state_dict()["heap"])
+

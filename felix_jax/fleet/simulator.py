@@ -19,6 +19,7 @@ import numpy as np
 
 from ..cohort import CohortEngine, VersionStore, evaluate, evaluate_hits, evaluate_many, evaluate_weighted
 from ..data.federated import HeldOutSet
+from ..memory import FreeMemoryRelease
 from ..models.base import Model, Params
 from ..policies.aggregators.base import Aggregator, BufferInfo
 from ..policies.aggregators.deltas import update_norms
@@ -189,6 +190,7 @@ class FleetSimulator:
         self._settled: int | None = None  # events fully handled (None: the run's start is not done)
         self._snapshot_version = 0  # model version at the last snapshot (or restore)
         self._snapshot_clock = 0.0  # host perf_counter at the last snapshot (or at run() start)
+        self._free_memory = FreeMemoryRelease()  # the allocator's free pages back to the system (memory.py)
         self._utility_by_eval = np.zeros(len(counts), bool)  # a client's utility came from an eval reply
         # a serial server (reading.serial_server): replies wait in arrival order; the server is busy until
         # _server_free_at (a message in processing, or the blocking work after an aggregation)
@@ -671,6 +673,7 @@ class FleetSimulator:
         self._evals_this_round = 0
         self.aggregation_times.append(self.now)
         self.executor.publish(self.version, self.params)
+        self._free_memory.tick()  # at most every 10 s of wall time; changes no result
         if self.version % self.stop.eval_every == 0:
             self._checkpoint()
         if self.version >= self.stop.max_aggregations and self._stop_reason is None:
