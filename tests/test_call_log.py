@@ -49,12 +49,16 @@ def _summary_of_a_list(records):  # the former batch_summary, over every record
     return out
 
 
-def test_the_summary_is_the_lists_and_memory_stays_bounded():
-    rng = np.random.default_rng(0)
-    records = _records(rng, 3000)
-    log = CallLog(keep=100)
+def _logged(seed, n, keep):
+    records = _records(np.random.default_rng(seed), n)
+    log = CallLog(keep=keep)
     for r in records:
         log.append(r)
+    return records, log
+
+
+def test_the_summary_is_the_lists_and_memory_stays_bounded():
+    records, log = _logged(0, 3000, keep=100)
     assert log.summary() == _summary_of_a_list(records)
     assert len(log) == 3000 and list(log) == records[-100:] and len(log._recent) == 100
     assert log.seconds == sum(r.seconds for r in records)
@@ -71,11 +75,7 @@ def test_the_summary_is_the_lists_and_memory_stays_bounded():
 
 
 def test_a_snapshot_of_the_log_comes_back_and_an_old_list_is_replayed():
-    rng = np.random.default_rng(1)
-    records = _records(rng, 50)
-    log = CallLog(keep=10)
-    for r in records:
-        log.append(r)
+    records, log = _logged(1, 50, keep=10)
     back = CallLog(keep=10)
     back.load_state_dict(log.state_dict())
     assert back.summary() == log.summary() and list(back) == list(log) and len(back) == 50
