@@ -25,6 +25,7 @@ pickle of ``--fedscale-clients`` devices, 10^5 by default) in a process of its o
 from __future__ import annotations
 
 import argparse
+import bisect
 import hashlib
 import json
 import os
@@ -106,16 +107,19 @@ def measure(num_clients: int, concurrency: int, aggregations: int, strategy: str
     build_s = time.perf_counter() - t0
     build_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     compiles_build = len(compiles)
-    stamps = []  # at each event: (wall clock, device seconds and compiling calls' seconds so far, compilations
-    # so far, selections so far); the engine keeps running totals of its calls, not every call
+    # (wall clock, device seconds and compiling calls' seconds so far, compilations so far, selections so
+    # far) at every event, or every 2nd, 4th...: a list of a tuple an event would itself grow by ~200 bytes
+    # an event and show up in the resident memory this measures; the engine keeps running totals
+    stamps = EventStamps()
     pop = sim.queue.pop
 
     curve = []  # every 10th aggregation: (aggregation, resident MB now, delta store rows, updates held)
     seen = [-1]
 
     def stamped_pop():
-        stamps.append((time.perf_counter(), sim.engine.records.seconds, sim.engine.records.compiled_seconds,
-                       len(compiles), len(sim.acct.selection_seconds)))
+        if stamps.due():
+            stamps.add((time.perf_counter(), sim.engine.records.seconds, sim.engine.records.compiled_seconds,
+                        len(compiles), len(sim.acct.selection_seconds)))
         if sim.version != seen[0]:
             seen[0] = sim.version
             if sim.version % 10 == 0:
@@ -129,11 +133,9 @@ def measure(num_clients: int, concurrency: int, aggregations: int, strategy: str
     sim.event_stream.close()
     dispatch_log = dispatch_log_of(events_csv)
     sim.queue.pop = pop
-    half = len(stamps) // 2  # the run's second half: its fixed costs (first compilations) are behind it
     warm = {}
-    if len(stamps) >= 2:
-        t_h, dev_h, dev_compiled_h, comp_h, sel_h = stamps[half]
-        n_half = len(stamps) - half
+    if stamps.count >= 2:  # the run's second half: its fixed costs (first compilations) are behind it
+        n_half, (t_h, dev_h, dev_compiled_h, comp_h, sel_h) = stamps.second_half()
         dev_half = sim.engine.records.seconds - dev_h
         # compilations outside the device calls (the calls' own are in their seconds): at least the
         # half's compile seconds beyond what its compiling calls took, so this errs toward more host time
@@ -182,6 +184,34 @@ def measure(num_clients: int, concurrency: int, aggregations: int, strategy: str
         "queue_len_end": len(sim.queue),
         "rss_curve": curve,  # [aggregation, resident MB, delta store rows, updates held] every 10th
     }
+
+
+class EventStamps:
+    """A stamp every ``stride`` events, at most ``2 * keep`` of them: when full, every other one goes and
+    the stride doubles, so memory stays bounded however long the run. The second half then starts at
+    the kept stamp nearest at or below the middle event: the exact middle while the run has fewer than
+    ``2 * keep`` events, within ``count / keep`` events of it after."""
+
+    def __init__(self, keep: int = 4096):
+        self.keep, self.stride, self.count = keep, 1, 0
+        self._at: list[int] = []  # the event index of each kept stamp
+        self._stamps: list[tuple] = []
+
+    def due(self) -> bool:
+        """Counts an event; True if its stamp is to be kept (call :meth:`add` then)."""
+        self.count += 1
+        return (self.count - 1) % self.stride == 0
+
+    def add(self, stamp: tuple) -> None:
+        self._at.append(self.count - 1)
+        self._stamps.append(stamp)
+        if len(self._stamps) >= 2 * self.keep:
+            self._at, self._stamps, self.stride = self._at[::2], self._stamps[::2], 2 * self.stride
+
+    def second_half(self) -> tuple[int, tuple]:
+        """(events from the half's first stamp to the end, that stamp)."""
+        i = bisect.bisect_right(self._at, self.count // 2) - 1
+        return self.count - self._at[i], self._stamps[i]
 
 
 def resident_mb() -> float:

@@ -70,6 +70,26 @@ def test_fleet_scale_reports_a_population_and_a_fedscale_load(tmp_path):
     assert exploit["explored_eligible"] == 3000 and exploit["exploit_call_ms"] > 0 and exploit["same_picks"]
 
 
+def test_fleet_scale_keeps_a_bounded_record_of_event_stamps():
+    stamps_of = load("fleet_scale").EventStamps
+
+    def run(n, keep):
+        st = stamps_of(keep=keep)
+        for i in range(n):
+            if st.due():
+                st.add((i,))  # the stamp names its own event
+        return st
+
+    for n in (2, 3, 7, 15):  # fewer than 2 * keep events: every one kept, the exact middle
+        st = run(n, keep=8)
+        assert st.stride == 1 and st.second_half() == (n - n // 2, (n // 2,))
+    st = run(100_000, keep=8)
+    assert len(st._stamps) == 13 and st.stride == 2 ** 13  # bounded: 13 x 8,192 covers 100,000
+    n_half, (first,) = st.second_half()
+    assert (first, n_half) == (6 * 8192, 100_000 - 6 * 8192)  # the kept stamp at or below the middle
+    assert all(i % st.stride == 0 and (i,) == s for i, s in zip(st._at, st._stamps))
+
+
 def test_centralized_reference_trains_and_reports_a_curve(tmp_path):
     result = load("centralized_reference").main(["--preset", "quickstart", "--model", "cifar_cnn_narrow",
                                                  "--num-test", "64", "--steps", "6", "--eval-every", "3",
