@@ -55,6 +55,12 @@ def _durations(view, clients: np.ndarray | None = None) -> np.ndarray:
     return np.where(np.isfinite(observed), observed, view.registered_duration_s[clients])
 
 
+def _listed(ids, mask: np.ndarray) -> np.ndarray:
+    """The ids (a sorted array or the view's ``SortedSequence``) that ``mask`` sets, ascending."""
+    ids = np.asarray(ids)
+    return ids[mask[ids]]
+
+
 def _t_pref(view, t_pref_over: str, threshold: float, eligible_mask: np.ndarray, num_eligible: int,
             unknown_s: float) -> float:
     """``T_pref``, a percentile of durations.
@@ -105,7 +111,7 @@ def make_oort_selector(config: OortConfig = OortConfig()) -> Selector:
         # how many eligible clients are explored, and per block, where the view keeps the eligible mask:
         # the ids of the explored eligible clients are then listed only when exploitation scores them
         kept = view.explored_block_counts(ctx.eligible) if hasattr(view, "explored_block_counts") else None
-        explored = None if kept is not None else explored_all[eligible_mask[explored_all]]
+        explored = None if kept is not None else _listed(explored_all, eligible_mask)
         num_explored = kept[0] if kept is not None else len(explored)
         num_eligible = int(np.count_nonzero(eligible_mask)) if ctx.num_eligible is None else ctx.num_eligible
         num_unexplored = num_eligible - num_explored
@@ -135,7 +141,7 @@ def make_oort_selector(config: OortConfig = OortConfig()) -> Selector:
         exploit_pick = _NO_CLIENTS
         if n_exploit > 0:
             if explored is None:
-                explored = explored_all[eligible_mask[explored_all]]
+                explored = _listed(explored_all, eligible_mask)
             population = None
             if config.normalize_utility:  # rewards of the eligible clients: U, or the raw prior if unexplored
                 raw = view.num_samples[eligible].astype(np.float64)

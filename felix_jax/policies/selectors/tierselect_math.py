@@ -54,13 +54,14 @@ def select_for_eval_in_order(staleness_keys, tier, busy, current_round: int, bud
     available and idle, so the cost is the clients passed over plus the budget, not the number
     of clients that trained. Same ids, in the same order, as ``select_for_eval``.
     """
-    keys = np.asarray(staleness_keys, np.int64)
+    # an int64 array or the view's SortedSequence: only its length, slices and searchsorted are read
+    keys = staleness_keys if hasattr(staleness_keys, "searchsorted") else np.asarray(staleness_keys, np.int64)
     n = np.int64(len(tier))
     budget = max(int(budget), 0)
-    old_enough = int(np.searchsorted(keys, (np.int64(current_round) - min_age + 1) * n, side="left"))
+    old_enough = int(keys.searchsorted((np.int64(current_round) - min_age + 1) * n, side="left"))
     picked, found, start, chunk = [], 0, 0, max(2 * budget, 256)
     while found < budget and start < old_enough:
-        rounds, ids = np.divmod(keys[start:min(start + chunk, old_enough)], n)
+        rounds, ids = np.divmod(np.asarray(keys[start:min(start + chunk, old_enough)], np.int64), n)
         ok = ids[eval_eligible(True, tier[ids], busy[ids], rounds, current_round, min_age)]
         picked.append(ok[:budget - found])
         found += len(picked[-1])
