@@ -17,6 +17,8 @@ the same population and seed made the same selections (a check that a speed-up c
     python benchmarks/fleet_scale.py --populations 100000 10000000 --concurrency 10000 --aggregation-goal 1000 \
         --strategy felix oort-async-oracle fedbuff --slot-s 30 --aggregations 40 160 --task one-step local-epochs \
         --exploit-sizes 10000 100000 1000000 --resume --out day.json   # BENCHMARKS.md, "A fleet day"
+    python benchmarks/fleet_scale.py --populations --fedscale-clients --index-sizes 1000 100000 10000000 \
+        --out index.json   # one write to the view's sorted indexes, chunks against one buffer
 
 It also times loading a FedScale-format availability trace (a synthetic ``client_behave_trace``
 pickle of ``--fedscale-clients`` devices, 10^5 by default) in a process of its own, with its peak RSS.
@@ -223,6 +225,40 @@ def resident_mb() -> float:
         return float("nan")
 
 
+def index_op_us(n: int, ops: int = 2000, seed: int = 0) -> dict:
+    """One insert or removal in the view's sorted indexes (``_SortedValues``, chunks) holding ``n`` values,
+    in microseconds, against one sorted buffer shifted in place (the layout before the chunks), on the
+    same random values; both end equal to the sorted array."""
+    import numpy as np
+
+    from felix_jax.fleet.clientmap import _SortedValues
+
+    rng = np.random.default_rng(seed)
+    held, values = rng.random(n), rng.random(ops)
+    chunks = _SortedValues(held)
+    t = time.perf_counter()
+    for v in values:
+        chunks.add(v)
+    for v in values:
+        chunks.remove(v)
+    chunked_us = 1e6 * (time.perf_counter() - t) / (2 * ops)
+    buf, size = np.empty(n + ops), n
+    buf[:n] = np.sort(held)
+    t = time.perf_counter()
+    for v in values:  # a binary search and a shift of every value after the slot
+        i = int(np.searchsorted(buf[:size], v, side="right"))
+        buf[i + 1:size + 1] = buf[i:size]
+        buf[i] = v
+        size += 1
+    for v in values:
+        i = int(np.searchsorted(buf[:size], v, side="left"))
+        buf[i:size - 1] = buf[i + 1:size]
+        size -= 1
+    buffer_us = 1e6 * (time.perf_counter() - t) / (2 * ops)
+    same = bool(np.array_equal(np.asarray(chunks.values()), buf[:size]))
+    return {"values": n, "ops": 2 * ops, "chunked_us": chunked_us, "one_buffer_us": buffer_us, "same_values": same}
+
+
 def exploit_call_ms(explored: int, picks: int = 1, calls: int = 20, seed: int = 0) -> dict:
     """One Oort call that exploits (FeLiX's selector, epsilon at its floor, every eligible client explored),
     timed over ``calls`` calls: ``explored`` explored clients of ``2 x explored``, half of them eligible
@@ -311,8 +347,8 @@ def measure_fedscale_load(path: str) -> dict:
 
 def main(argv=None) -> int:
     ap = command_parser(__doc__.splitlines()[0])
-    ap.add_argument("--populations", type=int, nargs="+", default=[1_000, 10_000, 100_000, 1_000_000],
-        help="client populations measured")
+    ap.add_argument("--populations", type=int, nargs="*", default=[1_000, 10_000, 100_000, 1_000_000],
+        help="client populations measured (none: only the --exploit-sizes / --index-sizes / FedScale timings)")
     ap.add_argument("--concurrency", type=int, default=None, help="tasks in flight (default min(N/10, 10^4))")
     ap.add_argument("--aggregations", type=int, nargs="+", default=[40],
                     help="aggregations per run (max_aggregations); several: a cell per run length (memory over a run)")
@@ -335,6 +371,8 @@ def main(argv=None) -> int:
                     help="also time loading a synthetic FedScale-format trace of this many clients (none: skip)")
     ap.add_argument("--exploit-sizes", type=int, nargs="*", default=[],
                     help="also time an exploiting Oort call with this many explored clients (half of them eligible)")
+    ap.add_argument("--index-sizes", type=int, nargs="*", default=[],
+                    help="also time an insert or removal in the view's sorted indexes holding this many values")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # child process: one population
     ap.add_argument("--load-fedscale", default=None, help=argparse.SUPPRESS)  # child process: one trace load
     args = ap.parse_args(argv)
@@ -395,6 +433,12 @@ def main(argv=None) -> int:
         print(f"Oort exploiting call: {r['explored_eligible']:>9,} explored eligible clients, {r['picks']} pick: "
               f"{r['exploit_call_ms']:.2f} ms (sorted: {r['exploit_call_sorted_ms']:.2f} ms; same picks: "
               f"{r['same_picks']})", flush=True)
+    index_ops = []
+    for n in args.index_sizes:
+        index_ops.append(index_op_us(n, seed=args.seed))
+        r = index_ops[-1]
+        print(f"sorted index: {n:>11,} values: {r['chunked_us']:.1f} us an insert or removal in chunks, "
+              f"{r['one_buffer_us']:.1f} us in one buffer (same values: {r['same_values']})", flush=True)
     loads = []
     for n in args.fedscale_clients:  # each load in its own process: its peak RSS is the loader's
         path = os.path.join(tmp.name, f"fedscale_{n}.pkl")
@@ -411,7 +455,8 @@ def main(argv=None) -> int:
         os.remove(path)
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"rows": rows, "fedscale_loads": loads, "exploit_calls": exploits, "argv": sys.argv[1:]}, f, indent=2)
+            json.dump({"rows": rows, "fedscale_loads": loads, "exploit_calls": exploits, "index_ops": index_ops,
+                       "argv": sys.argv[1:]}, f, indent=2)
     return 0
 
 

@@ -90,6 +90,17 @@ def test_fleet_scale_keeps_a_bounded_record_of_event_stamps():
     assert all(i % st.stride == 0 and (i,) == s for i, s in zip(st._at, st._stamps))
 
 
+def test_fleet_scale_times_the_sorted_index_both_ways(tmp_path):
+    out = tmp_path / "index.json"
+    assert load("fleet_scale").main(["--populations", "--fedscale-clients", "--index-sizes", "3000",
+                                     "--out", str(out)]) == 0
+    import json
+
+    (row,) = json.loads(out.read_text())["index_ops"]
+    assert row["values"] == 3000 and row["ops"] == 4000 and row["same_values"]
+    assert row["chunked_us"] > 0 and row["one_buffer_us"] > 0
+
+
 def test_centralized_reference_trains_and_reports_a_curve(tmp_path):
     result = load("centralized_reference").main(["--preset", "quickstart", "--model", "cifar_cnn_narrow",
                                                  "--num-test", "64", "--steps", "6", "--eval-every", "3",

@@ -24,6 +24,17 @@ def test_percentile_of_counts_is_numpys(values, q):
     assert percentile_of_counts(uniq, counts, q) == float(np.percentile(np.asarray(values), q))
 
 
+def test_percentile_of_counts_by_hand():
+    # calls of 1, 1, 4 and 10 tasks: n = 4, the virtual index (n - 1) q / 100
+    values, counts = [10, 1, 4], [1, 2, 1]  # any order
+    assert percentile_of_counts(values, counts, 10) == 1.0  # index 0.3, between 1 and 1
+    assert percentile_of_counts(values, counts, 50) == 2.5  # index 1.5: 1 + (4 - 1) 0.5
+    assert percentile_of_counts(values, counts, 90) == pytest.approx(8.2)  # index 2.7: 4 + (10 - 4) 0.7
+    assert percentile_of_counts(values, counts, 100) == 10.0
+    with pytest.raises(ValueError, match="no values"):
+        percentile_of_counts([3], [0], 50)
+
+
 def _records(rng, n):
     return [CallRecord(str(rng.choice(["train", "eval"])), int(rng.integers(1, 300)), 512, int(rng.integers(1, 9000)),
                        int(rng.integers(1, 900)), float(rng.exponential(0.01)), bool(rng.random() < 0.1),

@@ -155,7 +155,7 @@ class ClientMap:
         return _Index.readonly(self._index().explored.mask)
 
     def trained_ids(self) -> "SortedSequence":
-        """Clients that sent a training reply (``times_trained > 0``), ascending."""
+        """Clients that sent a training reply (``times_trained > 0``), ascending (a :class:`SortedSequence`)."""
         return self._index().trained.ids()
 
     def explored_durations(self) -> "SortedSequence":
@@ -230,7 +230,7 @@ class _SortedIds:
         self._ids.add(client)
         return True
 
-    def ids(self) -> np.ndarray:
+    def ids(self) -> "SortedSequence":
         return self._ids.values()
 
 
