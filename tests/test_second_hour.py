@@ -187,10 +187,11 @@ def test_a_trace_or_profile_with_fewer_clients_says_it_is_reused_once(tmp_path, 
     (tmp_path / "two.csv").write_text("train_delay_s\n1\n2\n")
     make_trace(str(tmp_path / "six.csv"), 12, 0)
     make_trace(str(tmp_path / "six.csv"), 12, 1)  # the same again: said once
-    make_trace(str(tmp_path / "six.csv"), 4, 0)  # fewer clients than the file: nothing to say
+    make_trace(str(tmp_path / "six.csv"), 4, 0)  # fewer clients than the file: the dropped ones are named
     make_profile(str(tmp_path / "two.csv"), 5, 0)
     lines = capsys.readouterr().err.splitlines()
-    assert len(lines) == 2, lines
+    assert len(lines) == 3, lines
     assert "availability file six.csv holds 6 clients" in lines[0] and "(clients 12 > 6 in the file)" in lines[0]
     assert "reused cyclically" in lines[0]
-    assert "device profile two.csv holds 2 clients" in lines[1] and "(clients 5 > 2 in the file)" in lines[1]
+    assert "six.csv holds 6 clients, the scenario 4" in lines[1] and "drops 2 clients (ids 4-5)" in lines[1]
+    assert "device profile two.csv holds 2 clients" in lines[2] and "(clients 5 > 2 in the file)" in lines[2]

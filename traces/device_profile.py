@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from .data_paths import DataFileError, open_npz, reading, resolve_data_file
-from .loaders import load_reference_clients
+from .loaders import load_reference_clients, negative_id, refuse_negative_ids
 
 FLASH_SCORES_FILE = "traces/flash_benchmark2score.json"
 FLASH_RAW_SCORES_FILE = "traces/flash_raw_ai_benchmark_list.json"
@@ -60,6 +60,8 @@ class DeviceProfile:
         (0: compute time is just ``train_delay_s``, as in the paper).
       eval_cost_fraction: eval compute / training compute (paper: 1/20).
       eval_upload_bytes: bytes an eval reply uploads (loss statistics).
+      client_ids: optional int64 (N,) the file's client ids when they are not the
+        indices 0..N-1 (a profile file numbered 1..N), for messages naming them.
     """
 
     train_delay_s: np.ndarray
@@ -69,6 +71,7 @@ class DeviceProfile:
     nominal_ms_per_sample: float = 0.0
     eval_cost_fraction: float = 1.0 / 20.0
     eval_upload_bytes: int = 64
+    client_ids: np.ndarray | None = None
 
     def __post_init__(self):
         n = None
@@ -91,6 +94,11 @@ class DeviceProfile:
             raise ValueError("nominal_ms_per_sample must be >= 0, eval_cost_fraction in [0, 1]")
         if self.eval_upload_bytes < 0:
             raise ValueError("eval_upload_bytes must be >= 0")
+        if self.client_ids is not None:
+            ids = np.asarray(self.client_ids, dtype=np.int64)
+            if ids.shape != (n,):
+                raise ValueError(f"client_ids must hold one id per client ({n}), got shape {ids.shape}")
+            object.__setattr__(self, "client_ids", ids)
 
     @classmethod
     def uniform(
@@ -115,6 +123,11 @@ class DeviceProfile:
     @property
     def num_clients(self) -> int:
         return int(self.train_delay_s.shape[0])
+
+    @property
+    def external_ids(self) -> np.ndarray:
+        """int64 (N,) client ids (``client_ids`` or the indices)."""
+        return np.arange(self.num_clients, dtype=np.int64) if self.client_ids is None else self.client_ids
 
     def _c(self, clients) -> np.ndarray | slice:
         if clients is None:
@@ -167,14 +180,17 @@ class DeviceProfile:
         )
 
     def restrict(self, clients) -> "DeviceProfile":
-        """Profile of a subset of clients, in the given order."""
+        """Profile of a subset of clients, in the given order (a client taken twice loses its id, as
+        in :meth:`AvailabilityTrace.restrict`: ids name distinct clients)."""
         c = self._c(clients)
+        ids = None if self.client_ids is None else self.client_ids[c]
         return dataclasses.replace(
             self,
             train_delay_s=self.train_delay_s[c],
             compute_speed=self.compute_speed[c],
             down_kbps=self.down_kbps[c],
             up_kbps=self.up_kbps[c],
+            client_ids=None if ids is None or np.unique(ids).size < ids.size else ids,
         )
 
 
@@ -374,6 +390,8 @@ def _read_profile_csv(path: Path, expected: str) -> dict[str, np.ndarray]:
                 value = float(text)
             except ValueError:
                 raise DataFileError(path, f"line {n}: {name} {text.strip()!r} is not a number") from None
+            if name == "client" and value < 0:  # named by its line here, in the trace loaders' words
+                raise negative_id(path, f"line {n}", text.strip())
             rule = _PROFILE_RULES.get(name)
             if np.isnan(value) or (rule is not None and not rule[0](value)):
                 raise DataFileError(path, f"line {n}: {name} {text.strip()!r} must be "
@@ -399,7 +417,8 @@ def load_device_profile(path: str | os.PathLike) -> DeviceProfile:
     and optionally ``compute_speed`` (default 1), ``down_kbps`` and ``up_kbps``
     (default ``inf``: no transfer time); one row / entry per client, in client
     order (a ``client`` column, if present, must be 0..N-1 or 1..N and sets the
-    order). Anything else in the file is an error naming the file.
+    order; a negative id is refused naming its line or entry). Anything else in the file is
+    an error naming the file.
     """
     path = Path(path)
     suffix = path.suffix.lower()
@@ -424,15 +443,18 @@ def load_device_profile(path: str | os.PathLike) -> DeviceProfile:
             whole = np.isfinite(raw) & (raw == np.round(raw))
             if not whole.all():
                 raise DataFileError(path, f"client ids must be whole numbers, found {raw[~whole][0].item()!r}")
-            ids = raw.astype(np.int64)
+            ids = refuse_negative_ids(path, "client", raw.astype(np.int64))
             base = 1 if n and ids.min() == 1 else 0
             if sorted((ids - base).tolist()) != list(range(n)):
                 raise DataFileError(path, f"client ids must be 0..{n - 1} or 1..{n}, each once")
             order = np.argsort(ids)
             cols = {k: v[order] for k, v in cols.items()}
+            client_ids = ids[order] if base else None  # kept to name the file's clients (1..N) in messages
+        else:
+            client_ids = None
         try:
             return DeviceProfile(train_delay_s=cols["train_delay_s"], compute_speed=cols.get("compute_speed", np.ones(n)),
                                  down_kbps=cols.get("down_kbps", np.full(n, np.inf)),
-                                 up_kbps=cols.get("up_kbps", np.full(n, np.inf)))
+                                 up_kbps=cols.get("up_kbps", np.full(n, np.inf)), client_ids=client_ids)
         except ValueError as e:
             raise DataFileError(path, str(e)) from None

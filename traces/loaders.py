@@ -18,15 +18,19 @@ and one row per state change::
     17,0.0,AVL_TRAIN
     17,3600.0,UN_AVL
 
-``client`` is any integer id (the clients are the sorted distinct ids, kept as
-``trace.client_ids``); ``time_s`` seconds from the start; ``state`` a tier name or
-code (0 UN_AVL, 1 AVL_EVAL, 2 AVL_TRAIN). Rows may come in any order; same-client
-same-time rows apply in file order (the last wins). A client without a row at t=0
-starts ``UN_AVL``. ``duration_s`` defaults to the last row time and ``beyond_end``
-to ``hold``. The NPZ form holds the same columns as arrays ``client`` (int64),
-``time_s`` (float64), ``state`` (int8), plus ``duration_s``, ``beyond_end`` and,
-optionally, ``client_duration_s`` (per-client periods, aligned with the sorted ids);
-it loads with ``allow_pickle=False``.
+``client`` is a whole-number id >= 0, not necessarily 0..N-1 (the clients are the
+sorted distinct ids, kept as ``trace.client_ids``; a negative id is refused naming its
+line); ``time_s`` seconds from the start; ``state`` a tier name or code (0 UN_AVL,
+1 AVL_EVAL, 2 AVL_TRAIN). Rows may come in any order; same-client same-time rows apply
+in file order (the last wins). A client without a row at t=0 starts ``UN_AVL``.
+``duration_s`` defaults to the last row time and ``beyond_end`` to ``hold``. The NPZ
+form holds the same columns as arrays ``client`` (int64), ``time_s`` (float64),
+``state`` (int8), plus ``duration_s``, ``beyond_end`` and, optionally, ``clients``
+(the client list) and ``client_duration_s`` (per-client periods, aligned with the
+client list); it loads with ``allow_pickle=False``. FedScale keys are client ids
+under the same rule. A scenario with fewer clients than a user's trace file uses the
+file's first ones and names the others on stderr (``felix_jax.experiment.registry``);
+one with more reuses it cyclically.
 
 Every loader raises :class:`~.data_paths.DataFileError` (a ``ValueError``) naming
 the file when it is truncated, corrupt or lacks what the format needs, and
@@ -181,7 +185,7 @@ def load_fedscale_trace(path: str | os.PathLike) -> AvailabilityTrace:
             data = restricted_pickle_load(path)
     if not isinstance(data, dict):
         raise DataFileError(path, f"expected a dict of client_id -> trace, got {type(data).__name__}")
-    ids = np.array([_client_id(path, k, "client ids must be whole 64-bit integers") for k in data], dtype=np.int64)
+    ids = np.array([_client_id(path, k, f"client key {k!r}") for k in data], dtype=np.int64)
     starts, ends, periods, lengths = [], [], [], []
     for key, rec in data.items():  # parsing: one pass over the file's records
         if not isinstance(rec, dict) or not {"active", "inactive", "finish_time"} <= rec.keys():
@@ -371,7 +375,7 @@ _INT64 = np.iinfo(np.int64)
 
 
 def _client_id(path, text, where) -> int:
-    """A client id from a trace file: a whole number that fits int64 (the id arrays' type)."""
+    """A client id from a trace file: a whole number >= 0 that fits int64 (the id arrays' type)."""
     try:
         value = int(str(text).strip())
     except ValueError:
@@ -379,7 +383,25 @@ def _client_id(path, text, where) -> int:
     if not _INT64.min <= value <= _INT64.max:
         raise DataFileError(path, f"{where}: client id {value} is beyond the 64-bit integer range "
                                   f"[{_INT64.min}, {_INT64.max}]")
+    if value < 0:
+        raise negative_id(path, where, value)
     return value
+
+
+def negative_id(path, where: str, value) -> DataFileError:
+    """The error for a negative client id at ``where`` (a line, an array entry, a key). A stray -5
+    would sort first and shift every real client by one, so it is refused rather than kept."""
+    return DataFileError(path, f"{where}: client id {value} is negative (client ids are whole numbers >= 0)")
+
+
+def refuse_negative_ids(path, name: str, ids: np.ndarray) -> np.ndarray:
+    """``ids`` (an NPZ's integer id array ``name``), unless one is negative: then a DataFileError naming
+    the first such entry, ``array name[i]``, and its id."""
+    flat = np.ravel(ids)
+    negative = np.flatnonzero(flat < 0)
+    if negative.size:
+        raise negative_id(path, f"array {name}[{negative[0]}]", int(flat[negative[0]]))
+    return ids
 
 
 def save_interval_npz(trace: AvailabilityTrace, path: str | os.PathLike) -> None:
@@ -433,16 +455,15 @@ def _read_interval_npz(path, need: list[str], prefix: str, duration_s: float | N
         if not set(need) <= keys:
             raise DataFileError(path, f"missing arrays {sorted(set(need) - keys)}")
         ids, times, states = (z[k] for k in need)
-        ids = _integer_array(path, need[0], ids, "client ids")
+        ids = refuse_negative_ids(path, need[0], _integer_array(path, need[0], ids, "client ids"))
         if states.dtype.kind in "US":
             states = _parse_states(states.tolist())
         else:
             states = _integer_array(path, need[2], states, "states (0 UN_AVL, 1 AVL_EVAL, 2 AVL_TRAIN, or names)")
+        list_name = "clients" if "clients" in keys else ("client" if prefix and "client" in keys else None)
         all_ids = None
-        if "clients" in keys:
-            all_ids = _integer_array(path, "clients", z["clients"], "client ids")
-        elif prefix and "client" in keys:
-            all_ids = _integer_array(path, "client", z["client"], "client ids")
+        if list_name is not None:
+            all_ids = refuse_negative_ids(path, list_name, _integer_array(path, list_name, z[list_name], "client ids"))
         if duration_s is None and "duration_s" in keys:
             duration_s = float(z["duration_s"])
         if beyond_end is None:

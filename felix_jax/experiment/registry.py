@@ -53,8 +53,14 @@ def _as_function(form: str, rows: float) -> bool:
     return form == "function" or (form == "auto" and rows > TABLE_ROWS_LIMIT)
 
 
-def _cycle(trace: AvailabilityTrace, n: int, what: str = "the trace", form: str = "table"):
+def _cycle(trace: AvailabilityTrace, n: int, what: str = "the trace", form: str = "table", *,
+           user_file: bool = False):
+    """``trace`` for ``n`` clients: its first ``n`` (in client order: by ascending id), or all of them
+    reused cyclically. ``user_file``: a user's trace file, whose clients left out are named on stderr
+    (a reference trace's first ``n`` of 300 are the documented choice of smaller scenarios)."""
     reuse_notice(what, trace.num_clients, n)
+    if user_file:
+        drop_notice(what, trace.external_ids, n)
     if form == "function" or (n > trace.num_clients and _as_function(form, n * trace.num_rows / trace.num_clients)):
         return CyclicTrace(trace, n)  # the same answers as the copy below, without copying a row
     if n > trace.num_clients:  # a copy of every client's rows: refused before it is made if it cannot fit
@@ -89,15 +95,49 @@ def trace_bytes_estimate(name: str, num_clients: int, slot_s: float = 600.0, hor
 _NOTED: set[tuple[str, int, int]] = set()
 
 
-def reuse_notice(what: str, own: int, wanted: int) -> None:
-    """One line on stderr, once per process for each source and population, when a trace or device
-    profile with fewer clients than the scenario is reused cyclically (client i follows i mod own)."""
-    if wanted <= own or (what, own, wanted) in _NOTED:
+def _note_once(what: str, own: int, wanted: int, line: str) -> None:
+    """``line`` on stderr, once per process for each source and population (a sweep builds the same
+    scenario's trace for every cell: one line says it)."""
+    if (what, own, wanted) in _NOTED:
         return
     _NOTED.add((what, own, wanted))
-    print(f"felix-jax: {what} holds {own} client{'s' if own != 1 else ''}, the scenario {wanted} (clients {wanted} > "
-          f"{own} in the file): reused cyclically, client i follows the file's client i mod {own}",
-          file=sys.stderr, flush=True)
+    print(f"felix-jax: {line}", file=sys.stderr, flush=True)
+
+
+def reuse_notice(what: str, own: int, wanted: int) -> None:
+    """One line on stderr (:func:`_note_once`) when a trace or device profile with fewer clients than
+    the scenario is reused cyclically (client i follows i mod own)."""
+    if wanted > own:
+        _note_once(what, own, wanted, f"{what} holds {own} client{'s' if own != 1 else ''}, the scenario {wanted} "
+                                      f"(clients {wanted} > {own} in the file): reused cyclically, client i follows "
+                                      f"the file's client i mod {own}")
+
+
+def drop_notice(what: str, ids: np.ndarray, wanted: int) -> None:
+    """One line on stderr (:func:`_note_once`) when a file holds more clients than the scenario: the
+    first ``wanted`` are used and the others, named by id, left out (a stray id in a file, e.g.
+    100000 among 0..999, would otherwise be dropped, or push a real client out, silently)."""
+    ids = np.asarray(ids)
+    if wanted < ids.size:
+        dropped = ids.size - wanted
+        _note_once(what, int(ids.size), wanted,
+                   f"{what} holds {ids.size} clients, the scenario {wanted}: it uses the file's first {wanted} "
+                   f"and drops {dropped} client{'s' if dropped != 1 else ''} ({id_list(ids[wanted:])})")
+
+
+def id_list(ids: np.ndarray, limit: int = 8) -> str:
+    """``"id 7"``, ``"ids 1000-1004, 100000"``: sorted, consecutive ids as ranges, at most ``limit``
+    items (the first ones, then how many more up to the last id: one line for any number of ids)."""
+    ids = np.sort(np.asarray(ids, dtype=np.int64))
+    if ids.size == 1:
+        return f"id {ids[0]}"
+    first = np.flatnonzero(np.r_[True, np.diff(ids) != 1])  # where each run of consecutive ids starts
+    last = np.r_[first[1:] - 1, ids.size - 1]
+    runs = [f"{ids[a]}" if a == b else f"{ids[a]}-{ids[b]}" for a, b in zip(first[:limit], last[:limit])]
+    if first.size <= limit:
+        return "ids " + ", ".join(runs)
+    listed = last[limit - 2] + 1  # the ids in the first limit - 1 runs
+    return f"ids {', '.join(runs[:limit - 1])} and {ids.size - listed} more up to {ids[-1]}"
 
 
 MAX_GENERATED_SLOTS = 144 * 7  # slot traces longer than a week of 600 s slots repeat with that period
@@ -167,7 +207,8 @@ def make_trace(name: str, num_clients: int, seed: int, slot_s: float = 600.0,
     A file name loads a user's trace by extension: ``.csv`` / ``.npz`` (the interval
     formats of :mod:`felix_jax.traces.loaders`), ``.json`` / ``.pkl`` (FedScale's client
     behaviour format, read without unpickling code). A trace with fewer clients than
-    the scenario is reused cyclically, like the reference traces.
+    the scenario is reused cyclically, like the reference traces; a trace file with more gives
+    its first ``num_clients`` and names the others on stderr (:func:`drop_notice`).
 
     ``form`` (:data:`TRACE_FORMS`): ``"table"`` holds every client's change rows; ``"function"``
     answers from what defines the trace (:mod:`felix_jax.traces.on_demand`: the slot regimes' random
@@ -194,7 +235,7 @@ def _load_trace(name: str, num_clients: int, seed: int, slot_s: float, horizon_s
         trace = TRACE_FILE_LOADERS[suffix](name)
         if trace.num_clients == 0:
             raise KeyError(f"availability file {name!r} holds no clients")
-        return _cycle(trace, num_clients, f"availability file {Path(name).name}", form)
+        return _cycle(trace, num_clients, f"availability file {Path(name).name}", form, user_file=True)
     try:
         make = AVAILABILITY[name]
     except KeyError:
@@ -224,10 +265,12 @@ def _reference_profile(n: int) -> DeviceProfile:
 
 def make_profile(name: str, num_clients: int, seed: int) -> DeviceProfile:
     """A named profile, or a user's profile file (``.csv`` / ``.npz``, see
-    :func:`~felix_jax.traces.load_device_profile`), reused cyclically if it has fewer clients."""
+    :func:`~felix_jax.traces.load_device_profile`), reused cyclically if it has fewer clients; with more, its
+    first ``num_clients`` are used and the others named on stderr."""
     if "/" in name or os.sep in name or Path(name).suffix.lower() in (".csv", ".npz"):
-        profile = load_device_profile(name)
-        reuse_notice(f"device profile {Path(name).name}", profile.num_clients, num_clients)
+        profile, what = load_device_profile(name), f"device profile {Path(name).name}"
+        reuse_notice(what, profile.num_clients, num_clients)
+        drop_notice(what, profile.external_ids, num_clients)
         return profile.restrict(np.arange(num_clients) % profile.num_clients)
     try:
         return DEVICE_PROFILES[name](num_clients, seed)
