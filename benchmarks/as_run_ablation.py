@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import paper_matrix  # noqa: E402
-from felix_jax.commands import command_parser, run_script  # noqa: E402
+from felix_jax.commands import command_parser, output_file, positive_float, run_script  # noqa: E402
 
 SCENARIO = "cifar10-longhorizon"
 BASE_SETS = ["semantics=paper_code", "max_virtual_hours=6"]
@@ -111,10 +111,11 @@ def main(argv=None) -> dict:
     ap.add_argument("--seeds", default="0", help="comma-separated seeds")
     ap.add_argument("--workers", type=int, default=1, help="cells run at a time (processes)")
     ap.add_argument("--out", default="results/longhorizon-paper-code", help="the results folder")
-    ap.add_argument("--budget-s", type=float, default=float("inf"), help="stop starting cells after this many seconds")
+    ap.add_argument("--budget-s", type=positive_float, default=float("inf"),
+                    help="stop starting cells after this many seconds")
     ap.add_argument("--regimes", default=",".join(REGIMES), help="comma-separated subset of " + ", ".join(REGIMES))
     ap.add_argument("--table-only", action="store_true", help="run nothing: tabulate the cells finished under --out")
-    ap.add_argument("--json", help="write the results as JSON here")
+    ap.add_argument("--json", type=output_file, help="write the results as JSON here")
     args = ap.parse_args(argv)
     regimes = [r for r in args.regimes.split(",") if r]
     unknown = [r for r in regimes if r not in REGIMES]
@@ -122,7 +123,7 @@ def main(argv=None) -> dict:
         raise SystemExit(f"as_run_ablation: unknown regime(s) {', '.join(unknown)}; known: {', '.join(REGIMES)}")
     argv_matrix = ["--scenario", SCENARIO, "--strategies", ",".join(STRATEGIES), "--regimes", ",".join(regimes),
                    "--ablations", "", "--seeds", args.seeds, "--out", args.out, "--workers", str(args.workers),
-                   "--budget-s", str(args.budget_s)]
+                   *(["--budget-s", str(args.budget_s)] if args.budget_s < float("inf") else [])]
     for s in BASE_SETS:
         argv_matrix += ["--set", s]
     for spec, regime in cells(regimes):

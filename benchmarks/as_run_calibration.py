@@ -37,7 +37,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from felix_jax.commands import command_parser, run_script  # noqa: E402
+from felix_jax.commands import command_parser, output_file, run_script  # noqa: E402
 
 PRESET = "cifar10-longhorizon"
 # name -> (strategy, availability, overrides); syn_0 from t = 0, as the fit asks; the others from the preset's
@@ -165,7 +165,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--workers", type=int, default=2, help="cells run at a time (processes)")
     ap.add_argument("--cells", default=",".join(CELLS), help="comma-separated subset of the cells")
     ap.add_argument("--fit", action="store_true", help="refit server_per_aggregation_s and print it")
-    ap.add_argument("--json", help="write the metrics, the table (and the fit) here")
+    ap.add_argument("--json", type=output_file, help="write the metrics, the table (and the fit) here")
     ap.add_argument("--readings", default="paper,paper_code", help="comma-separated subset of paper, paper_code")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a scenario field or reading.KEY switch on top of the as-run cells (repeatable), e.g. "

@@ -262,7 +262,7 @@ def check(out: Path, aggregations: int) -> dict:
 
 
 def main(argv=None) -> dict:
-    from felix_jax.commands import command_parser
+    from felix_jax.commands import command_parser, output_file, positive_float, seed_list
 
     ap = command_parser(__doc__)
     ap.add_argument("--workers", type=int, default=2, help="cells run at once, in processes")
@@ -273,20 +273,20 @@ def main(argv=None) -> dict:
     ap.add_argument("--folders", default=",".join(FOLDERS),
                     help="run folders to run, in order: longhorizon (steps a, b), paperdata (c)")
     ap.add_argument("--out", default="results/attribution", help="results folder")
-    ap.add_argument("--budget-s", type=float, default=float("inf"),
+    ap.add_argument("--budget-s", type=positive_float, default=float("inf"),
                     help="stop starting cells after this many seconds")
-    ap.add_argument("--cell-budget-s", type=float, default=None,
+    ap.add_argument("--cell-budget-s", type=positive_float, default=None,
                     help="cut each cell after this many seconds of wall time (the table names the cut cells)")
     ap.add_argument("--table-only", action="store_true", help="keep the finished cells compact and tabulate them")
     ap.add_argument("--check", type=int, nargs="?", const=60, default=None, metavar="AGGREGATIONS",
                     help="the measurement's check on real runs, over this many aggregations (default 60), and stop")
-    ap.add_argument("--json", default=str(HERE / "attribution.json"),
+    ap.add_argument("--json", type=output_file, default=str(HERE / "attribution.json"),
                     help="the table's JSON; its markdown beside it, .md")
     ap.add_argument("--cells", default=str(CELLS), help="where finished cells are kept compact")
     args = ap.parse_args(argv)
     cells = Path(args.cells)
     out = Path(args.out)
-    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    seeds = seed_list(args.seeds)
     regimes = [r for r in args.regimes.split(",") if r.strip()]
     folders = [f for f in args.folders.split(",") if f.strip()]
     strategies = [s for s in args.strategies.split(",") if s.strip()]

@@ -51,7 +51,7 @@ import jax.numpy as jnp
 import jaxlib
 import numpy as np
 
-from felix_jax.commands import command_parser, run_script
+from felix_jax.commands import command_parser, output_file, positive_float, positive_int, run_script
 from felix_jax.cohort import LocalTrainConfig
 from felix_jax.data.augment import random_crop_flip
 from felix_jax.data.federated import normalize
@@ -66,14 +66,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--model", default="cifar_cnn_narrow", help="registry model name")
     p.add_argument("--num-train", type=int, default=None, help="training subset size (default: the preset's)")
     p.add_argument("--num-test", type=int, default=None, help="test subset size (default: the preset's)")
-    p.add_argument("--batch-size", type=int, default=None, help="default: the preset's (32)")
-    p.add_argument("--lr", type=float, default=None, help="default: the preset's (0.04)")
+    p.add_argument("--batch-size", type=positive_int, default=None, help="default: the preset's (32)")
+    p.add_argument("--lr", type=positive_float, default=None, help="default: the preset's (0.04)")
     p.add_argument("--steps", type=int, default=6000, help="training steps")
     p.add_argument("--eval-every", type=int, default=250, help="a test evaluation every this many steps")
     p.add_argument("--no-augment", action="store_true", help="no crop+flip even if the preset augments")
     p.add_argument("--augment", action="store_true", help="crop+flip even if the preset does not")
     p.add_argument("--seed", type=int, default=None, help="model-init / batch-order seed (default: the preset's)")
-    p.add_argument("--json", default=None, help="write the curve and settings here")
+    p.add_argument("--json", type=output_file, default=None, help="write the curve and settings here")
     p.add_argument("--cpus", type=int, default=1,
                    help="run as a script, use only the first N CPUs of this process (XLA's CPU code depends on them)")
     return p.parse_args(argv)
@@ -106,8 +106,8 @@ def main(argv=None) -> dict:
     sc = get_preset(args.preset)
     num_train = args.num_train if args.num_train is not None else sc.num_train
     num_test = args.num_test if args.num_test is not None else sc.num_test
-    batch = args.batch_size or sc.batch_size
-    lr = args.lr or sc.learning_rate
+    batch = sc.batch_size if args.batch_size is None else args.batch_size
+    lr = sc.learning_rate if args.lr is None else args.lr
     if args.augment and args.no_augment:
         raise SystemExit("centralized_reference: --augment and --no-augment contradict each other")
     augment = (bool(sc.augment) or args.augment) and not args.no_augment

@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from felix_jax.commands import command_parser, run_script
+from felix_jax.commands import command_parser, output_file, positive_int, run_script
 from felix_jax.cohort import CohortEngine, LocalTrainConfig, LocalEvalConfig, VersionStore, auto_plan
 from felix_jax.cohort.evaluate import evaluate
 from felix_jax.data.dataset import ArrayDataset
@@ -172,17 +172,18 @@ def by_device_count(counts: list[int], sizes: list[int], reps: int, plan: str | 
 def main(argv=None) -> dict:
     ap = command_parser(__doc__)
     ap.add_argument("--quick", action="store_true", help="fewer repetitions, skip 128 tasks")
-    ap.add_argument("--json", help="write all figures to this path")
+    ap.add_argument("--json", type=output_file, help="write all figures to this path")
     ap.add_argument("--sweep-plans", action="store_true", help="also time vmap/map/chunked plans at 32 tasks")
     ap.add_argument("--sizes", default=None, help="comma-separated task counts (default 8,32,128)")
     ap.add_argument("--plans", default=None, help="comma-separated plans to time at every size (vmap,map,chunked:8)")
     ap.add_argument("--device-counts", default=None, help="comma-separated device counts for the sharded cohort")
     ap.add_argument("--plan", default=None, help="the plan of --device-counts (default: auto per backend)")
     ap.add_argument("--skip-baselines", action="store_true", help="no central / loop / eval figures")
-    ap.add_argument("--reps", type=int, default=None, help="timed repetitions (best of; default 3, 1 with --quick)")
+    ap.add_argument("--reps", type=positive_int, default=None,
+                    help="timed repetitions (best of; default 3, 1 with --quick)")
     ap.add_argument("--child-devices", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    reps = args.reps or (1 if args.quick else 3)
+    reps = (1 if args.quick else 3) if args.reps is None else args.reps
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else ([8, 32] if args.quick else [8, 32, 128])
     if args.child_devices:  # one device count, in a process started with that many forced host devices
         print(json.dumps(sharded_throughput(args.child_devices, sizes, reps, args.plan)))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from felix_jax.commands import command_parser, parse_sets, run_script
+from felix_jax.commands import command_parser, parse_sets, run_script, seed_list
 from felix_jax.compile_cache import enable_compilation_cache
 from felix_jax.experiment import get_preset
 from felix_jax.experiment.compare import run_matrix
@@ -88,7 +88,7 @@ def main(argv=None) -> dict:
     if base.resolve_stream().drift != "surge":
         raise SystemExit(f"drift_matrix: preset {args.preset} has no surge to compare against (stream.drift)")
     strategies = [s for s in args.strategies.split(",") if s]
-    seeds = [int(s) for s in args.seeds.split(",")]
+    seeds = seed_list(args.seeds)
     delay = args.delay_hours if args.delay_hours is not None else base.max_virtual_hours / 6
     rows = []
     out = Path(args.out)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from felix_jax.commands import command_parser, run_script
+from felix_jax.commands import command_parser, output_file, run_script
 from felix_jax.experiment import get_preset
 from felix_jax.experiment.runner import build_simulator
 
@@ -36,7 +36,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--availability", default="avail50", help="the availability regime")
     ap.add_argument("--aggregations", type=int, default=40, help="aggregations per run (max_aggregations)")
     ap.add_argument("--reps", type=int, default=3, help="timed repetitions (after one warm-up)")
-    ap.add_argument("--json", help="write the results as JSON here")
+    ap.add_argument("--json", type=output_file, help="write the results as JSON here")
     args = ap.parse_args(argv)
     sc = get_preset(args.preset).with_overrides({"strategy": args.strategy, "availability": args.availability,
                                                  "max_aggregations": str(args.aggregations),

@@ -36,7 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from felix_jax.commands import command_parser, run_script  # noqa: E402
+from felix_jax.commands import command_parser, output_file, positive_float, positive_int, run_script  # noqa: E402
 
 
 def digits8_npz(path: str) -> str:
@@ -71,7 +71,8 @@ def fleet_scenario(num_clients: int, concurrency: int, aggregations: int, strate
                     alpha=0.5, batch_size=4, learning_rate=0.1, local_mode="epochs" if epochs else "steps",
                     local_steps=1, local_epochs=1,
                     availability=availability, slot_s=slot_s, trace_form=trace_form, strategy=strategy,
-                    concurrency=concurrency, aggregation_goal=aggregation_goal or max(1, concurrency // 10),
+                    concurrency=concurrency,
+                    aggregation_goal=max(1, concurrency // 10) if aggregation_goal is None else aggregation_goal,
                     target_accuracy=None, max_virtual_hours=24.0, max_aggregations=aggregations,
                     eval_every=1 if epochs else max(1, aggregations // 4), seed=seed)
 
@@ -345,12 +346,26 @@ def measure_fedscale_load(path: str) -> dict:
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
+def earlier_rows(path: str) -> list:
+    """The rows an earlier ``--out`` holds (``--resume``); a ``ValueError`` naming ``--out`` for a file
+    that is not this benchmark's JSON."""
+    try:
+        with open(path) as f:
+            rows = json.load(f)["rows"]
+    except (ValueError, KeyError, TypeError) as e:
+        reason = f"no {e}" if isinstance(e, KeyError) else str(e)
+        raise ValueError(f"--out {path}: not a fleet_scale.py JSON to --resume ({reason})") from None
+    if not isinstance(rows, list):
+        raise ValueError(f"--out {path}: not a fleet_scale.py JSON to --resume (its rows are not a list)")
+    return rows
+
+
 def main(argv=None) -> int:
     ap = command_parser(__doc__.splitlines()[0])
-    ap.add_argument("--populations", type=int, nargs="*", default=[1_000, 10_000, 100_000, 1_000_000],
+    ap.add_argument("--populations", type=positive_int, nargs="*", default=[1_000, 10_000, 100_000, 1_000_000],
         help="client populations measured (none: only the --exploit-sizes / --index-sizes / FedScale timings)")
-    ap.add_argument("--concurrency", type=int, default=None, help="tasks in flight (default min(N/10, 10^4))")
-    ap.add_argument("--aggregations", type=int, nargs="+", default=[40],
+    ap.add_argument("--concurrency", type=positive_int, default=None, help="tasks in flight (default min(N/10, 10^4))")
+    ap.add_argument("--aggregations", type=positive_int, nargs="+", default=[40],
                     help="aggregations per run (max_aggregations); several: a cell per run length (memory over a run)")
     ap.add_argument("--task", nargs="+", default=["one-step"], choices=TASKS,
                     help="one-step: one local step a task; local-epochs: an epoch a task and the test set after every "
@@ -358,20 +373,21 @@ def main(argv=None) -> int:
     ap.add_argument("--strategy", nargs="+", default=["felix"], help="one or more strategies")
     ap.add_argument("--availability", nargs="+", default=["avail50"],
                     help="one or more regimes (avail50, mobiperf: the recorded trace reused cyclically, ...)")
-    ap.add_argument("--slot-s", type=float, nargs="+", default=[600.0], help="slot lengths of the slot regimes")
+    ap.add_argument("--slot-s", type=positive_float, nargs="+", default=[600.0],
+                    help="slot lengths of the slot regimes")
     ap.add_argument("--trace-form", default="auto", choices=["auto", "table", "function"],
         help="how the trace is held (the scenario's trace_form)")
-    ap.add_argument("--aggregation-goal", type=int, default=None, help="K (default c / 10)")
+    ap.add_argument("--aggregation-goal", type=positive_int, default=None, help="K (default c / 10)")
     ap.add_argument("--snapshot", action="store_true", help="also write the end state and restore it")
     ap.add_argument("--seed", type=int, default=0, help="the runs' seed")
     ap.add_argument("--resume", action="store_true", help="keep the cells --out already holds and run the rest")
-    ap.add_argument("--out", default=None, help="JSON file for the rows")
+    ap.add_argument("--out", type=output_file, default=None, help="JSON file for the rows")
     ap.add_argument("--dataset", default=None, help="data set (default: the 8x8 digits, written to a temp .npz)")
-    ap.add_argument("--fedscale-clients", type=int, nargs="*", default=[100_000],
+    ap.add_argument("--fedscale-clients", type=positive_int, nargs="*", default=[100_000],
                     help="also time loading a synthetic FedScale-format trace of this many clients (none: skip)")
-    ap.add_argument("--exploit-sizes", type=int, nargs="*", default=[],
+    ap.add_argument("--exploit-sizes", type=positive_int, nargs="*", default=[],
                     help="also time an exploiting Oort call with this many explored clients (half of them eligible)")
-    ap.add_argument("--index-sizes", type=int, nargs="*", default=[],
+    ap.add_argument("--index-sizes", type=positive_int, nargs="*", default=[],
                     help="also time an insert or removal in the view's sorted indexes holding this many values")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # child process: one population
     ap.add_argument("--load-fedscale", default=None, help=argparse.SUPPRESS)  # child process: one trace load
@@ -389,13 +405,12 @@ def main(argv=None) -> int:
     dataset = args.dataset or digits8_npz(os.path.join(tmp.name, "digits8.npz"))
     rows = []
     if args.out and os.path.exists(args.out) and args.resume:  # a long matrix continues: finished cells are kept
-        with open(args.out) as f:
-            rows = json.load(f)["rows"]
+        rows = earlier_rows(args.out)
     cells = [(task, n, strategy, regime, slot_s, aggs) for task in args.task for n in args.populations
              for strategy in args.strategy for regime in args.availability
              for slot_s in (args.slot_s if regime.startswith("avail") else [600.0]) for aggs in args.aggregations]
     for task, n, strategy, regime, slot_s, aggs in cells:
-        c = args.concurrency or max(1, min(n // 10, 10_000))
+        c = max(1, min(n // 10, 10_000)) if args.concurrency is None else args.concurrency
         key = (task, n, c, strategy, regime, float(slot_s), aggs)
         if any((r.get("task", "one-step"), r["num_clients"], r["concurrency"], r["strategy"], r["availability"],
                 float(r["slot_s"]), r.get("max_aggregations", aggs)) == key for r in rows):
@@ -406,7 +421,7 @@ def main(argv=None) -> int:
                "--aggregations", str(aggs), "--task", task, "--strategy", strategy, "--seed", str(args.seed),
                "--dataset", dataset, "--availability", regime, "--slot-s", str(slot_s),
                "--trace-form", args.trace_form, *(["--snapshot"] if args.snapshot else []),
-               *(["--aggregation-goal", str(args.aggregation_goal)] if args.aggregation_goal else [])]
+               *(["--aggregation-goal", str(args.aggregation_goal)] if args.aggregation_goal is not None else [])]
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode:
             sys.stderr.write(out.stderr)

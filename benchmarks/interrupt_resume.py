@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from felix_jax.commands import command_parser, run_script  # noqa: E402
+from felix_jax.commands import command_parser, output_file, run_script  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FILES = ("metrics.csv", "events.csv")
@@ -87,7 +87,7 @@ def main(argv=None) -> int:
     ap.add_argument("--slot-s", type=float, default=600.0, help="slot length of a synthetic regime in seconds (slot_s)")
     ap.add_argument("--seed", type=int, default=0, help="the runs' seed")
     ap.add_argument("--dataset", default=None, help="data set (default: the 8x8 digits, written to a temp .npz)")
-    ap.add_argument("--out", default=None, help="JSON file for the result")
+    ap.add_argument("--out", type=output_file, default=None, help="JSON file for the result")
     ap.add_argument("--stage", default=None, help=argparse.SUPPRESS)  # child process
     ap.add_argument("--dir", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

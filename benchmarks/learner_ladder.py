@@ -52,7 +52,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import paper_matrix  # noqa: E402
 
-from felix_jax.commands import command_parser, comma_list, run_script  # noqa: E402
+from felix_jax.commands import command_parser, comma_list, output_file, positive_float, run_script  # noqa: E402
 from felix_jax.experiment.compare import paired_ratio  # noqa: E402
 
 HERE = Path(__file__).resolve().parent / "learner_ladder"
@@ -128,7 +128,8 @@ def matrix_argv(model: str, reading: str, strategies: list[str], seeds: list[int
     """benchmarks/paper_matrix.py's arguments for one (learner, reading) folder."""
     argv = ["--scenario", SCENARIO, "--strategies", ",".join(strategies), "--regimes", ",".join(REGIMES),
             "--ablations", "", "--seeds", ",".join(map(str, seeds)), "--workers", str(workers),
-            "--budget-s", str(budget_s), "--out", str(out / f"{model}-{reading}"),
+            *(["--budget-s", str(budget_s)] if budget_s < float("inf") else []),  # inf: paper_matrix's default
+            "--out", str(out / f"{model}-{reading}"),
             "--snapshot-minutes", str(SNAPSHOT_MINUTES),
             "--set", f"model={model}", "--set", f"target_accuracy={target}"]
     for kv in READINGS[reading]:
@@ -241,12 +242,12 @@ def main(argv=None) -> dict:
     ap.add_argument("--workers", type=int, default=2, help="cells run at a time (processes)")
     ap.add_argument("--out", default="results/learner-ladder",
                     help="the ladder's folder (one comparison folder per model and reading)")
-    ap.add_argument("--budget-s", type=float, default=float("inf"), help="stop starting cells after this long")
+    ap.add_argument("--budget-s", type=positive_float, default=float("inf"), help="stop starting cells after this long")
     ap.add_argument("--phases", default=None,
                     help=f"comma-separated phase numbers (0-{len(PHASES) - 1}) to run; default: all, in order")
     ap.add_argument("--table-only", action="store_true",
                     help="run nothing: tabulate the cells finished under --out")
-    ap.add_argument("--json", default=None, help="write the table and the rows here")
+    ap.add_argument("--json", type=output_file, default=None, help="write the table and the rows here")
     args = ap.parse_args(argv)
     chosen = range(len(PHASES)) if args.phases is None else comma_list(args.phases, "--phases", int)
     unknown = [p for p in chosen if not 0 <= p < len(PHASES)]

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from felix_jax.commands import command_parser, run_script
+from felix_jax.commands import command_parser, output_file, run_script
 from felix_jax.fleet.server_optimizer import server_step, weighted_mean_delta
 from felix_jax.fleet.update_guard import (UpdateGuardConfig, judge_updates, remember_norms, tree_all_finite,
                                           update_health, zero_rejected)
@@ -89,7 +89,7 @@ def timed(fn) -> float:
 def main(argv=None) -> None:
     ap = command_parser(__doc__)
     ap.add_argument("--reps", type=int, default=50, help="timed repetitions (after one warm-up)")
-    ap.add_argument("--json", help="write the figures here")
+    ap.add_argument("--json", type=output_file, help="write the figures here")
     args = ap.parse_args(argv)
 
     model = cifar_cnn()

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from felix_jax.commands import command_parser, run_script
+from felix_jax.commands import command_parser, output_file, run_script
 from felix_jax.experiment import get_preset
 from felix_jax.experiment.runner import run
 from felix_jax.experiment.writers import make_writers
@@ -47,7 +47,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--reps", type=int, default=3, help="timed repetitions (after one warm-up)")
     ap.add_argument("--writers", default="tensorboard,mlflow",
         help="comma-separated metric writers (tensorboard, mlflow)")
-    ap.add_argument("--json", help="write the results as JSON here")
+    ap.add_argument("--json", type=output_file, help="write the results as JSON here")
     args = ap.parse_args(argv)
     writers = make_writers(args.writers)  # a missing extra: one line, before anything runs
     sc = get_preset(args.preset).with_overrides({"strategy": args.strategy, "availability": args.availability,

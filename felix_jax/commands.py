@@ -7,6 +7,7 @@ help. One reporter for all of them, as git's and cargo's subcommands share their
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import traceback
@@ -58,6 +59,57 @@ def comma_list(text: str, what: str, convert: Callable[[str], Any] = str) -> lis
     except ValueError:
         raise ValueError(f"{what} expects comma-separated {getattr(convert, '__name__', 'value')}s, "
                          f"got {text!r}") from None
+
+
+def seed_list(text: str, what: str = "--seeds") -> list[int]:
+    """``"0,1,2"`` as ``[0, 1, 2]``: a ``ValueError`` (one line naming ``what``) for a non-integer, for no
+    seed at all and for a seed given twice (its runs would count twice in every mean and ratio)."""
+    seeds = comma_list(text, what, int)
+    if not seeds:
+        raise ValueError(f"{what} expects at least one seed, got {text!r}")
+    twice = next((s for i, s in enumerate(seeds) if s in seeds[:i]), None)
+    if twice is not None:
+        raise ValueError(f"{what}: seed {twice} is given twice in {text!r}")
+    return seeds
+
+
+# argparse ``type=`` checkers: argparse reports a refused value as ``PROG: error: argument --OPTION: message``
+# (naming the option) before the script does anything, and applies them only to values given as text: a
+# default of ``None`` stays ``None`` (the script's own default applies), never a given 0 replaced by it.
+def positive_int(text: str) -> int:
+    """A count: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """A time or a rate: a finite number > 0 (not inf, not NaN)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
+def output_file(text: str) -> str:
+    """A file the script writes when it is done: refused now, not after hours of work, when its folder
+    is missing or not writable or the path is a folder."""
+    path = os.path.abspath(os.path.expanduser(text))
+    folder = os.path.dirname(path)
+    if os.path.isdir(path):
+        raise argparse.ArgumentTypeError(f"{text}: is a folder, not a file")
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"{text}: no such folder {os.path.dirname(text) or folder}")
+    if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise argparse.ArgumentTypeError(f"{text}: not writable")
+    return text
 
 
 def parse_sets(items: list[str]) -> dict[str, str]:

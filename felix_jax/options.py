@@ -108,9 +108,10 @@ class Range:
     """The values a numeric option accepts: ``low``..``high``, each end open or closed.
 
     Infinite values are refused unless ``inf_ok`` (an option where ``inf`` means "no limit"); NaN always.
+    An int option's range (:meth:`of`) ends within int64, the type its values meet in the fleet's arrays.
 
-    >>> str(Range.fraction()), str(Range.above(0)), str(Range.at_least(1))
-    ('in [0, 1]', '> 0', '>= 1')
+    >>> str(Range.fraction()), str(Range.above(0)), str(Range.at_least(1).of(int))
+    ('in [0, 1]', 'a finite number > 0', 'in [1, 9223372036854775807]')
     >>> Range.above(0).contains(0.0), Range.fraction().contains(1.0)
     (False, True)
     """
@@ -120,6 +121,7 @@ class Range:
     low_open: bool = False
     high_open: bool = False
     inf_ok: bool = False
+    integer: bool = False  # an int option's range: whole-number ends, within int64 (:meth:`of`)
 
     @classmethod
     def fraction(cls) -> "Range":
@@ -133,17 +135,28 @@ class Range:
     def at_least(cls, low: float, inf_ok: bool = False) -> "Range":
         return cls(low, math.inf, inf_ok=inf_ok)
 
+    def of(self, hint: Any) -> "Range":
+        """This range for an option of type ``hint``: an int option's ends clipped to int64 (its values
+        meet numpy int64 arrays: a larger one would overflow mid-run), a float option's as declared."""
+        if self.integer or _base_type(hint) is not int:
+            return self
+        return dataclasses.replace(self, low=max(self.low, INT64_MIN), high=min(self.high, INT64_MAX),
+                                   inf_ok=False, integer=True)
+
     def contains(self, value: float) -> bool:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
             return False
-        if math.isinf(value) and not (self.inf_ok and value > 0 and self.high == math.inf):
+        if isinstance(value, float) and math.isnan(value):  # (an int larger than any float is not NaN)
+            return False
+        if isinstance(value, float) and math.isinf(value) and \
+                not (self.inf_ok and value > 0 and self.high == math.inf):
             return False
         above = value > self.low if self.low_open else value >= self.low
         below = value < self.high if self.high_open else value <= self.high
         return above and below
 
     def __str__(self) -> str:
-        num = lambda x: f"{x:g}"  # noqa: E731
+        num = lambda x: str(int(x)) if self.integer else f"{x:g}"  # noqa: E731
         if self.high == math.inf:
             text = f"{'>' if self.low_open else '>='} {num(self.low)}"
         elif self.low == -math.inf:
@@ -151,7 +164,18 @@ class Range:
         else:
             text = (f"in {'(' if self.low_open else '['}{num(self.low)}, "
                     f"{num(self.high)}{')' if self.high_open else ']'}")
+        if self.low == -math.inf or (self.high == math.inf and not self.inf_ok):
+            text = f"a finite number {text}"  # an open end refuses inf all the same: said, not implied
         return text + (" (inf: no limit)" if self.inf_ok else "")
+
+
+INT64_MIN, INT64_MAX = -2 ** 63, 2 ** 63 - 1
+
+
+def _base_type(hint: Any) -> Any:
+    """``int`` for ``int`` and ``int | None``: the type a field's values have when given."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if len(args) == 1 and typing.get_origin(hint) in (typing.Union, _UnionType) else hint
 
 
 def ranges_of(config: type | None) -> Mapping[str, Range]:
@@ -206,7 +230,7 @@ class OptionSpec:
                 names = sorted(fields) + (["variant"] if self.variants else [])
                 raise OptionError(f"{where}.{key}: unknown option" + known_names(key, names, f"{where} options"))
             parsed[key] = parse_value(f"{where}.{key}", value, fields[key])
-        ranges = ranges_of(self.config)
+        ranges = {key: rule.of(fields.get(key)) for key, rule in ranges_of(self.config).items()}
         for key, value in parsed.items():  # the user's values, before the config's own checks
             check_range(f"{where}.{key}", value, ranges.get(key))
         make = self.variants[variant] if variant is not None else self.config
@@ -225,9 +249,10 @@ class OptionSpec:
         if self.config is None:
             return []
         default = self.config()
-        ranges = ranges_of(self.config)
+        fields = self.fields()
+        ranges = {key: rule.of(fields.get(key)) for key, rule in ranges_of(self.config).items()}
         out = [f"{name}: {type_name(hint)} = {to_json(getattr(default, name))}"
-               + (f" ({ranges[name]})" if name in ranges else "") for name, hint in self.fields().items()]
+               + (f" ({ranges[name]})" if name in ranges else "") for name, hint in fields.items()]
         if self.variants:
             out.insert(0, f"variant: {' | '.join(self.variants)}"
                           + (f" = {self.default_variant}" if self.default_variant else ""))

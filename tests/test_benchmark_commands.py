@@ -109,3 +109,90 @@ def test_no_traceback_from_the_shell():
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines() == [done.stderr.strip()]  # one line
     assert done.stderr.startswith("paper_matrix.py: strategy='felx'")
+
+
+# ------------------------------------------------------------------ numbers, seeds and output files checked before any work
+def test_the_shared_argument_checkers_by_hand(tmp_path):
+    import argparse
+
+    from felix_jax.commands import output_file, positive_float, positive_int, seed_list
+
+    assert positive_int("3") == 3 and positive_float("0.5") == 0.5
+    for check, text, says in ((positive_int, "0", "must be an integer >= 1, got '0'"),
+                              (positive_int, "x", "expected an integer >= 1, got 'x'"),
+                              (positive_float, "nan", "must be a finite number > 0, got 'nan'"),
+                              (positive_float, "inf", "must be a finite number > 0, got 'inf'"),
+                              (positive_float, "-1", "must be a finite number > 0, got '-1'")):
+        with pytest.raises(argparse.ArgumentTypeError, match=f"^{re.escape(says)}$"):
+            check(text)
+    assert seed_list("2, 0,1") == [2, 0, 1]
+    for text, says in (("0,0", "--seeds: seed 0 is given twice in '0,0'"),
+                       (",", "--seeds expects at least one seed, got ','"),
+                       ("a,b", "--seeds expects comma-separated ints, got 'a,b'")):
+        with pytest.raises(ValueError, match=f"^{re.escape(says)}$"):
+            seed_list(text)
+    assert output_file(str(tmp_path / "x.json")) == str(tmp_path / "x.json")
+    for text, says in ((str(tmp_path / "none" / "x.json"), f"{tmp_path / 'none' / 'x.json'}: no such folder "
+                                                           f"{tmp_path / 'none'}"),
+                       (str(tmp_path), f"{tmp_path}: is a folder, not a file")):
+        with pytest.raises(argparse.ArgumentTypeError, match=f"^{re.escape(says)}$"):
+            output_file(text)
+
+
+# small enough that a cell, if one ran, would take seconds; no FedScale trace
+FLEET = ["--populations", "100", "--aggregations", "2", "--fedscale-clients"]
+
+
+def _benchmark(name: str, argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "FELIX_JAX_DATA"}
+    return subprocess.run([sys.executable, str(BENCHMARKS / f"{name}.py"), *argv], capture_output=True, text=True,
+                          env=env, cwd=cwd, timeout=600)
+
+
+@pytest.mark.parametrize("name,argv,says", [
+    # a number the user gives is used or refused, never replaced by the default (`args.x or default`)
+    ("fleet_scale", [*FLEET, "--concurrency", "0"],
+     "fleet_scale.py: error: argument --concurrency: must be an integer >= 1, got '0'"),
+    ("fleet_scale", [*FLEET, "--aggregation-goal", "0"],
+     "fleet_scale.py: error: argument --aggregation-goal: must be an integer >= 1, got '0'"),
+    ("fleet_scale", ["--populations", "--fedscale-clients", "--index-sizes", "-1"],
+     "fleet_scale.py: error: argument --index-sizes: must be an integer >= 1, got '-1'"),
+    ("fleet_scale", [*FLEET, "--out", "NODIR/x.json"],
+     "fleet_scale.py: error: argument --out: NODIR/x.json: no such folder NODIR"),
+    ("fleet_scale", [*FLEET, "--out", "."], "fleet_scale.py: error: argument --out: .: is a folder, not a file"),
+    ("fleet_scale", [*FLEET, "--resume", "--out", "notes.csv"],
+     "fleet_scale.py: --out notes.csv: not a fleet_scale.py JSON to --resume (Expecting value: line 1 column 1 "
+     "(char 0))"),
+    ("attribution", ["--seeds", "0,0"], "attribution.py: --seeds: seed 0 is given twice in '0,0'"),
+    ("attribution", ["--seeds", ","], "attribution.py: --seeds expects at least one seed, got ','"),
+    ("attribution", ["--budget-s", "nan"],
+     "attribution.py: error: argument --budget-s: must be a finite number > 0, got 'nan'"),
+    ("attribution", ["--budget-s", "0"], "attribution.py: error: argument --budget-s: must be a finite number > 0, "
+                                         "got '0'"),
+    ("paper_matrix", ["--table-only", "--seeds", "1,1"], "paper_matrix.py: --seeds: seed 1 is given twice in '1,1'"),
+    ("drift_matrix", ["--seeds", "0,0"], "drift_matrix.py: --seeds: seed 0 is given twice in '0,0'"),
+    ("centralized_reference", ["--lr", "0"],
+     "centralized_reference.py: error: argument --lr: must be a finite number > 0, got '0'"),
+    ("centralized_reference", ["--batch-size", "0"],
+     "centralized_reference.py: error: argument --batch-size: must be an integer >= 1, got '0'"),
+    ("cohort_throughput", ["--reps", "0"], "cohort_throughput.py: error: argument --reps: must be an integer >= 1, "
+                                          "got '0'"),
+], ids=["fleet-concurrency-0", "fleet-aggregation-goal-0", "fleet-index-sizes-neg", "fleet-out-no-folder",
+        "fleet-out-a-folder", "fleet-resume-not-json", "attribution-seeds-twice", "attribution-seeds-empty",
+        "attribution-budget-nan", "attribution-budget-0", "paper-matrix-seeds-twice", "drift-seeds-twice",
+        "centralized-lr-0", "centralized-batch-0", "cohort-reps-0"])
+def test_benchmark_arguments_are_refused_before_any_work_in_one_line_naming_the_option(name, argv, says, tmp_path):
+    (tmp_path / "notes.csv").write_text("seed,hours\n0,1.5\n")
+    # the scripts' own outputs kept in tmp_path: a run that went ahead would leave files there
+    extra = {"attribution": ["--table-only", "--cells", str(tmp_path / "cells"), "--out", str(tmp_path / "out"),
+                             "--json", str(tmp_path / "attribution.json")],
+             "paper_matrix": ["--out", str(tmp_path)], "drift_matrix": ["--out", str(tmp_path / "drift")]}
+    done = _benchmark(name, [*argv, *extra.get(name, [])], tmp_path)
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1] == says, done.stderr  # the message: one line naming the option
+    if ": error: argument " not in says:  # not argparse's (usage above its line): the line alone
+        assert len(lines) == 1, done.stderr
+    assert "N=" not in done.stdout and "==" not in done.stdout  # no cell ran
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.csv"]  # nothing written
+    assert (tmp_path / "notes.csv").read_text() == "seed,hours\n0,1.5\n"

@@ -43,13 +43,16 @@ def _numeric_options() -> list[tuple[str, OptionSpec, str, type]]:
 
 
 def _outside(rule: Range, kind: type) -> list:
-    """Values outside ``rule``: below / at an open low end, above / at an open high end, NaN, infinities."""
+    """Values outside ``rule``: below / at an open low end, above / at an open high end, NaN, infinities;
+    for an int option, past int64 too (the type its values meet mid-run)."""
     step = 1 if kind is int else 0.5
     bad = []
     if rule.low > -math.inf:
         bad.append(rule.low if rule.low_open else rule.low - step)
     if rule.high < math.inf:
         bad.append(rule.high if rule.high_open else rule.high + step)
+    if kind is int:
+        bad += [2 ** 63] + ([-2 ** 63 - 1] if rule.low == -math.inf else [])
     if kind is float:
         bad += [math.nan, -math.inf] + ([] if rule.inf_ok else [math.inf])
     return [int(v) if kind is int else float(v) for v in bad]
@@ -77,7 +80,12 @@ def test_every_numeric_option_declares_a_range_and_refuses_values_outside_it(whe
         message = str(caught.value)
         assert "\n" not in message and message.startswith(f"{key}.{name}="), message
         if not math.isnan(value):  # NaN is refused by the parser already, naming the option
-            assert message == f"{key}.{name}={value!r}: must be {rule}"
+            assert message == f"{key}.{name}={value!r}: must be {rule.of(kind)}"
+        if value == math.inf and rule.high == math.inf:  # inf is > any low end: the message says finite
+            assert message.endswith(f": must be a finite number {'>' if rule.low_open else '>='} {rule.low:g}"), \
+                message
+        if kind is int:  # an int option's range ends within int64 (or the int32 it is stored in), as it runs
+            assert message.endswith(f", {int(min(rule.high, 2 ** 63 - 1))}]"), message
     # the default (and every variant's value) lies inside the range
     for variant in [None, *spec.variants]:
         made = spec.build(key, {} if variant is None else {"variant": variant})
@@ -100,18 +108,33 @@ def test_range_by_hand():
     assert str(Range(0.0, 100.0)) == "in [0, 100]"
     assert str(Range(0.0, 1.0, low_open=True)) == "in (0, 1]"
     assert str(Range.above(0, inf_ok=True)) == "> 0 (inf: no limit)"
-    assert str(Range(high=3.0, high_open=True)) == "< 3"
+    assert str(Range.above(0)) == "a finite number > 0" and str(Range.at_least(1)) == "a finite number >= 1"
+    assert str(Range(high=3.0, high_open=True)) == "a finite number < 3"
+    # an int option: its values meet numpy int64 arrays, so its range ends there
+    assert str(Range.at_least(0).of(int)) == str(Range.at_least(0).of(int | None)) == "in [0, 9223372036854775807]"
+    assert Range.at_least(0).of(int).contains(2 ** 63 - 1) and not Range.at_least(0).of(int).contains(2 ** 63)
+    assert not Range.at_least(0).of(int).contains(10 ** 400)  # larger than any float: refused, not an OverflowError
+    assert Range.above(0).of(float) == Range.above(0) and str(Range.fraction().of(float)) == "in [0, 1]"
 
 
 @pytest.mark.parametrize("key,value,expected", [
     ("selector.exploration_factor", "-1", "selector.exploration_factor=-1.0: must be in [0, 1]"),
     ("selector.exploration_factor", "5", "selector.exploration_factor=5.0: must be in [0, 1]"),
     ("selector.exploration_decay", "-0.5", "selector.exploration_decay=-0.5: must be in [0, 1]"),
-    ("selector.pacer_step", "-3", "selector.pacer_step=-3: must be >= 1"),
-    ("selector.round_penalty", "-2", "selector.round_penalty=-2.0: must be >= 0"),
+    ("selector.pacer_step", "-3", "selector.pacer_step=-3: must be in [1, 9223372036854775807]"),
+    ("selector.round_penalty", "-2", "selector.round_penalty=-2.0: must be a finite number >= 0"),
+    ("selector.round_penalty", "inf", "selector.round_penalty=inf: must be a finite number >= 0"),
     ("selector.clip_bound", "-1", "selector.clip_bound=-1.0: must be in [0, 1]"),
     ("aggregator.sigma", "-1", "aggregator.sigma=-1.0: must be in [0, 1]"),
-    ("aggregator.a", "-3", "aggregator.a=-3.0: must be >= 0"),
+    ("aggregator.a", "-3", "aggregator.a=-3.0: must be a finite number >= 0"),
+    ("aggregator.server_lr", "inf", "aggregator.server_lr=inf: must be a finite number > 0"),
+    # past int64: refused here, not by an OverflowError mid-run (tierselect_math compares it with int64 rounds)
+    ("eval_selector.min_age", "9223372036854775808",
+     "eval_selector.min_age=9223372036854775808: must be in [0, 9223372036854775807]"),
+    ("aggregator.max_staleness", "9223372036854775808",
+     "aggregator.max_staleness=9223372036854775808: must be in [0, 9223372036854775807]"),
+    # an int32 on the device (streams_to_device)
+    ("stream.window_samples", "2147483648", "stream.window_samples=2147483648: must be in [1, 2147483647]"),
 ])
 def test_the_reported_values_stop_when_the_scenario_is_built(key, value, expected):
     with pytest.raises(OptionError) as caught:
@@ -128,6 +151,39 @@ def test_the_cli_refuses_a_bad_value_in_one_line_before_any_folder(tmp_path):
               "--out", str(out)])
     assert str(caught.value) == "felix-jax run: selector.exploration_factor=5.0: must be in [0, 1]"
     assert not out.exists()
+
+
+def test_an_int_option_past_int64_is_refused_before_any_folder(tmp_path):
+    """The reported case: min_age=2^63 passed its range check, then an OverflowError mid-run left a
+    half-written results folder."""
+    from felix_jax.cli import main
+
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as caught:
+        main(["run", "--preset", "tiny", "--quiet", "--set", "strategy=felix",
+              "--set", "eval_selector.min_age=9223372036854775808", "--out", str(out)])
+    assert str(caught.value) == ("felix-jax run: eval_selector.min_age=9223372036854775808: "
+                                 "must be in [0, 9223372036854775807]")
+    assert not out.exists()
+
+
+def test_eval_selection_at_the_top_of_int64_does_not_wrap_around():
+    """min_age = 2^63 - 1 is allowed: the staleness threshold (round - min_age + 1) * N is computed without
+    int64 wrap-around, so nobody is old enough and no overflow warning is raised."""
+    import warnings
+
+    import numpy as np
+
+    from felix_jax.policies.selectors.tierselect_math import select_for_eval_in_order
+    from felix_jax.traces.availability import Tier
+
+    n = 30  # every client trained in round 0 (staleness keys round * N + id), available and idle
+    keys, tier, busy = np.arange(n, dtype=np.int64), np.full(n, int(Tier.AVL_TRAIN)), np.zeros(n, bool)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for min_age in (2 ** 62, 2 ** 63 - 1):
+            assert select_for_eval_in_order(keys, tier, busy, 10, 5, min_age).tolist() == []
+        assert select_for_eval_in_order(keys, tier, busy, 10, 5, 0).tolist() == [0, 1, 2, 3, 4]
 
 
 def test_a_plugin_policy_declares_ranges_the_same_way(tmp_path):

@@ -73,7 +73,8 @@ class StreamConfig:
 
     RANGES: ClassVar[Mapping[str, Range]] = {
         "rate_per_hour": Range.at_least(0), "diurnal_amplitude": Range.fraction(),
-        "window_hours": Range.above(0, inf_ok=True), "window_samples": Range.at_least(1),
+        # window_samples goes to the device as an int32 (streams_to_device): its range ends there
+        "window_hours": Range.above(0, inf_ok=True), "window_samples": Range(1, 2 ** 31 - 1),
         "period_hours": Range.above(0), "start_hours": Range.at_least(0), "duration_hours": Range.above(0),
         "strength": Range.fraction(), "alpha": Range.above(0), "label_delay_hours": Range.at_least(0),
         "proxy_accuracy": Range.fraction()}

@@ -58,7 +58,9 @@ def select_for_eval_in_order(staleness_keys, tier, busy, current_round: int, bud
     keys = staleness_keys if hasattr(staleness_keys, "searchsorted") else np.asarray(staleness_keys, np.int64)
     n = np.int64(len(tier))
     budget = max(int(budget), 0)
-    old_enough = int(keys.searchsorted((np.int64(current_round) - min_age + 1) * n, side="left"))
+    # in Python ints, then clipped to the keys' int64: a min_age near int64's top must not wrap around
+    first_too_young = (int(current_round) - int(min_age) + 1) * int(n)
+    old_enough = int(keys.searchsorted(min(max(first_too_young, -2 ** 63), 2 ** 63 - 1), side="left"))
     picked, found, start, chunk = [], 0, 0, max(2 * budget, 256)
     while found < budget and start < old_enough:
         rounds, ids = np.divmod(np.asarray(keys[start:min(start + chunk, old_enough)], np.int64), n)
