@@ -30,13 +30,15 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from felix_jax.commands import command_parser, comma_list, parse_sets, run_script
+from felix_jax.commands import (command_parser, comma_list, output_file, parse_sets, positive_float, positive_int,
+                                run_script, seed_list)
 from felix_jax.compile_cache import enable_compilation_cache
 from felix_jax.data.paths import resolve_data_dir
 from felix_jax.experiment import get_preset
 from felix_jax.experiment.compare import (SUMMARY_COLUMNS, cell_dir, cell_overrides, finished_summary,
                                           plot_comparison, run_matrix)
 from felix_jax.experiment.inputs import needs_data_folder
+from felix_jax.experiment.matrix import resolve_regimes
 from felix_jax.experiment.paper_figures import plot_paper_figures
 from felix_jax.experiment.sweep import default_batch
 
@@ -253,22 +255,22 @@ def main(argv=None) -> dict:
                          "ref:mobiperf_3st_50 (a variant: scenario overrides for that cell only)")
     ap.add_argument("--seeds", default="0,1,2", help="comma-separated seeds, each a whole matrix")
     ap.add_argument("--workers", type=int, default=1, help="cells run at a time (processes)")
-    ap.add_argument("--batch", type=int, default=None,
+    ap.add_argument("--batch", type=positive_int, default=None,
                     help="cells per sweep batch in one process, their device calls shared (default by "
                          "backend: 1 on CPU, 16 on an accelerator; scenarios that cannot share go apart)")
     ap.add_argument("--executor", choices=("local", "ray"), default="local",
                     help="where batches run: this process, or Ray tasks (one batch each; the ray extra)")
     ap.add_argument("--ray-address", default=None, help="the Ray cluster (default: RAY_ADDRESS or a local one)")
-    ap.add_argument("--budget-s", type=float, default=float("inf"), help="stop starting cells after this long")
-    ap.add_argument("--cell-budget-s", type=float, default=None,
+    ap.add_argument("--budget-s", type=positive_float, default=float("inf"), help="stop starting cells after this long")
+    ap.add_argument("--cell-budget-s", type=positive_float, default=None,
                     help="stop each cell after this much wall time (stop reason wall_budget; the table says so)")
-    ap.add_argument("--snapshot-minutes", type=float, default=None,
+    ap.add_argument("--snapshot-minutes", type=positive_float, default=None,
                     help="each cell snapshots every M minutes of wall time: a matrix killed outright resumes its "
                          "running cells from there (not with --batch or --executor ray)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a scenario field or policy option for every cell (repeatable)")
     ap.add_argument("--out", default="results/paper-matrix", help="the comparison's folder (cells in OUT/runs)")
-    ap.add_argument("--json", help="write the rows and the table here")
+    ap.add_argument("--json", type=output_file, help="write the rows and the table here")
     ap.add_argument("--table-only", action="store_true",
                     help="run nothing: tabulate the cells these arguments ask for that finished under "
                          "--out/runs with exactly their scenario")
@@ -276,8 +278,11 @@ def main(argv=None) -> dict:
     base = get_preset(args.scenario).with_overrides(parse_sets(args.set))
     split = lambda text: comma_list(text, "a list")  # noqa: E731
     strategies, regimes = comma_list(args.strategies, "--strategies"), comma_list(args.regimes, "--regimes")
-    seeds = comma_list(args.seeds, "--seeds", int)
+    seeds = seed_list(args.seeds)
     ablations, ablation_regimes = split(args.ablations), split(args.ablation_regimes)
+    # a trace file by its absolute path, as the cells hold it: their rows, tables and figures are keyed by it
+    regimes, ablation_regimes = resolve_regimes(base, regimes), resolve_regimes(base, ablation_regimes)
+    args.extra_cell = [(st, *resolve_regimes(base, [rg])) for st, rg in args.extra_cell]
     cells = []  # seed by seed, so a budget that runs out leaves whole seeds
     for sd in seeds:
         cells += [(st, rg, sd) for rg in regimes for st in strategies]

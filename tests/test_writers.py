@@ -7,6 +7,11 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -308,5 +313,125 @@ def test_a_log_that_cannot_start_is_refused_in_one_line_before_the_event_loop(tm
     sc = get_preset("tiny").with_overrides({"max_aggregations": "2"})
     with pytest.raises(WriterError) as refused:
         run(sc, tmp_path / "r", plot=False, writers=[TensorBoardWriter(root=tmp_path / "not-a-folder", name="x")])
-    assert str(refused.value).startswith("--log-to tensorboard: cannot start the run's log: ")
-    assert "\n" not in str(refused.value) and not (tmp_path / "r" / "summary.json").exists()
+    # the log's folder is checked before any work: not even the results folder is made
+    assert str(refused.value) == (f"--log-to tensorboard: cannot write its log to "
+                                  f"{tmp_path}/not-a-folder/tensorboard/x: {tmp_path}/not-a-folder is a file, not a folder")
+    assert not (tmp_path / "r").exists()
+    (tmp_path / "r").mkdir()  # a run's own log folder: a file where it would go
+    (tmp_path / "r" / "tensorboard").write_text("not a folder")
+    with pytest.raises(WriterError, match=r"^--log-to tensorboard: cannot write its log to .*/r/tensorboard: "
+                                          r".*/r/tensorboard is a file, not a folder$"):
+        TensorBoardWriter().check_folder(tmp_path / "r")
+
+
+def _no_root_override() -> list[str] | None:
+    """A command prefix under which a read-only folder really refuses writes: none for a user; for root,
+    ``setpriv`` without the capabilities that override file permissions (None where that cannot be had)."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return None
+    prefix = [setpriv, "--bounding-set=-dac_override,-dac_read_search,-fowner"]
+    probe = tempfile.mkdtemp()
+    try:
+        os.chmod(probe, 0o555)
+        done = subprocess.run([*prefix, "sh", "-c", f"touch {probe}/x"], capture_output=True)
+        return prefix if done.returncode != 0 else None
+    except OSError:
+        return None
+    finally:
+        os.chmod(probe, 0o755)
+        shutil.rmtree(probe)
+
+
+@needs_tbx
+def test_a_log_folder_that_cannot_be_written_is_refused_before_any_work_and_no_run_is_stranded(tmp_path):
+    """The reported case: --overwrite --log-to tensorboard into a folder whose tensorboard/ could not be
+    written finished the run, then could not swap it in: it stayed in .felix-jax-new/ (dropped by the next
+    run), the earlier results half in .felix-jax-old/, and the message said they were kept. Root ignores
+    a read-only folder: the runs go through setpriv without the capabilities that override it."""
+    from felix_jax.cli import main
+
+    prefix = _no_root_override()
+    if prefix is None:
+        pytest.skip("needs a user, or root with setpriv, for a read-only folder to refuse writes")
+    tiny = ["--preset", "tiny", "--quiet", "--set", "max_aggregations=2", "--set", "target_accuracy=none"]
+
+    def cli(*argv) -> subprocess.CompletedProcess:
+        return subprocess.run([*prefix, sys.executable, "-m", "felix_jax.cli", "run", *tiny, *argv],
+                              capture_output=True, text=True, timeout=300)
+
+    # an earlier run, its tensorboard/ made read-only: the replacing run is refused before any work
+    out = tmp_path / "r1"
+    assert main(["run", *tiny, "--out", str(out), "--log-to", "tensorboard"]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and not p.name.startswith(".")}
+    (out / "tensorboard").chmod(0o555)
+    try:
+        for log_to in (["--log-to", "tensorboard"], []):
+            done = cli("--out", str(out), "--overwrite", *log_to)
+            assert done.returncode == 1 and "Traceback" not in done.stderr
+            line = done.stderr.strip()
+            assert "\n" not in line and line.startswith(f"felix-jax run: cannot replace the earlier results in {out}: "
+                                                         f"{out}/tensorboard cannot be written"), line
+            assert "results written" not in done.stdout  # refused before the run, not after it
+            assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and not p.name.startswith(".")} \
+                == before
+            assert not any(p.name.startswith(".felix-jax-") for p in out.iterdir() if p.is_dir())
+    finally:
+        (out / "tensorboard").chmod(0o755)
+    # a first run into a folder holding only a read-only tensorboard/: refused before any work, nothing staged
+    out = tmp_path / "r2"
+    (out / "tensorboard").mkdir(parents=True)
+    (out / "tensorboard").chmod(0o555)
+    try:
+        done = cli("--out", str(out), "--log-to", "tensorboard")
+    finally:
+        (out / "tensorboard").chmod(0o755)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.strip().startswith(f"felix-jax run: --log-to tensorboard: cannot write its log to "
+                                          f"{out}/tensorboard: "), done.stderr
+    assert "are kept" not in done.stderr  # there were no earlier results to keep
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".felix-jax.lock")) == ["tensorboard"]
+
+
+def test_a_swap_that_fails_puts_the_earlier_results_back_and_keeps_the_finished_run(tmp_path, monkeypatch):
+    """What a check cannot foresee: a swap failing half-way never leaves the finished run only in the
+    staging folder (which the next run drops), nor the earlier results in the retired one."""
+    from felix_jax.experiment import results
+    from felix_jax.experiment.results import (RETIRED_DIR, STAGING_DIR, UNSWAPPED_DIR, OutputDirError,
+                                              staged_results)
+
+    out = tmp_path / "r"
+    (out / "tensorboard").mkdir(parents=True)
+    for name in ("config.json", "metrics.csv", "summary.json", "tensorboard/events.out.tfevents.1"):
+        (out / name).write_text(f"old {name}")
+    real = results.os.replace
+    for fail_on in ("tensorboard", "summary.json"):  # while retiring the old entries; while moving the new in
+        tried = []
+
+        def replace(src, dst):  # the old tensorboard/ as it is set aside; the new summary.json as it moves in
+            tried.append(Path(src).name)
+            if Path(src).name == fail_on and tried.count(fail_on) == (1 if fail_on == "tensorboard" else 2):
+                raise PermissionError(13, "Permission denied", str(src))
+            return real(src, dst)
+
+        monkeypatch.setattr(results.os, "replace", replace)
+        with pytest.raises(OutputDirError) as failed:
+            with staged_results(out, replace=True) as write_dir:
+                assert write_dir == out / STAGING_DIR
+                (write_dir / "tensorboard").mkdir()
+                for name in ("config.json", "metrics.csv", "summary.json", "tensorboard/events.out.tfevents.2"):
+                    (write_dir / name).write_text(f"new {name}")
+        monkeypatch.setattr(results.os, "replace", real)
+        kept = out / UNSWAPPED_DIR
+        assert str(failed.value) == (f"the run finished but its results could not be put in place in {out} "
+                                     f"({out if fail_on == 'tensorboard' else out / STAGING_DIR}/{fail_on}: "
+                                     f"Permission denied); they are in {kept}")
+        assert not (out / STAGING_DIR).exists() and not (out / RETIRED_DIR).exists()
+        for name in ("config.json", "metrics.csv", "summary.json", "tensorboard/events.out.tfevents.1"):
+            assert (out / name).read_text() == f"old {name}"  # the earlier results, in place
+        assert not (out / "tensorboard/events.out.tfevents.2").exists()
+        for name in ("config.json", "metrics.csv", "summary.json", "tensorboard/events.out.tfevents.2"):
+            assert (kept / name).read_text() == f"new {name}"  # the finished run, in a folder of its own
+        shutil.rmtree(kept)

@@ -5,6 +5,8 @@ the help layout."""
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 
 # what a run or its inputs may raise that is the user's to fix (USER_ERRORS): reported in one line, no
 # traceback (the whole stack on request: --traceback or FELIX_JAX_TRACEBACK=1); shared with benchmarks/
@@ -21,6 +23,13 @@ def parse_sets(items: list[str]) -> dict[str, str]:
             raise SystemExit(f"--set expects key=value, got {item!r}")
         out[key.strip()] = value.strip()
     return out
+
+
+def user_path(text: str) -> Path:
+    """A file or folder the user named on the command line, absolute (``~`` expanded, ``..`` taken out,
+    relative to the working folder; symbolic links kept as named): what is joined, compared, recorded
+    and printed from here on, so a printed command works as printed from any folder."""
+    return Path(os.path.abspath(os.path.expanduser(text)))
 
 
 def traceback_asked(args: argparse.Namespace) -> bool:

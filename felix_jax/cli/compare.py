@@ -9,9 +9,9 @@ import signal
 import sys
 from pathlib import Path
 
-from ..options import OptionError
 from ..plugin_calls import PluginError
-from .common import USER_ERRORS, HelpFormatter, add_traceback_flag, enable_cache, metric_writers, one_line, parse_sets
+from .common import (USER_ERRORS, HelpFormatter, add_traceback_flag, enable_cache, metric_writers, one_line, parse_sets,
+                     user_path)
 
 COMPARE_EXAMPLES = """examples:
   felix-jax compare                                          # FeLiX vs OORT+Async vs FedBuff, 100% and 50%
@@ -25,7 +25,7 @@ COMPARE_EXAMPLES = """examples:
 def _compare(args: argparse.Namespace) -> int:
     from ..experiment import get_preset
     from ..experiment.cells import cell_overrides, parse_sweep, sweep_strategies
-    from ..experiment.registry import make_trace
+    from ..experiment.registry import is_file_name, make_trace
     from ..experiment.results import OutputDirError, folder_lock, prepare_out_dir
     from ..traces import REFERENCE_TRACE_NAMES
 
@@ -41,6 +41,16 @@ def _compare(args: argparse.Namespace) -> int:
         raise SystemExit(f"felix-jax compare: {one_line(e)}")
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     regimes = [r.strip() for r in args.availability.split(",") if r.strip()]
+    try:
+        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    except ValueError:
+        raise SystemExit(f"felix-jax compare: --seeds expects comma-separated integers, got {args.seeds!r}")
+    if not (strategies and regimes and seeds):
+        raise SystemExit("felix-jax compare: --strategies, --availability and --seeds need at least one entry each")
+    if args.batch is not None and args.batch < 1:  # before the results folder is made
+        raise SystemExit(f"felix-jax compare: --batch {args.batch}: must be >= 1 experiments")
+    if args.ray_max_retries < 0:
+        raise SystemExit(f"felix-jax compare: --ray-max-retries {args.ray_max_retries}: must be >= 0")
     try:  # STRATEGY@KEY=VALUE cells, crossed with each --sweep KEY=v1,v2,...
         sweeps = [parse_sweep(spec) for spec in args.sweep or []]
         strategies = sweep_strategies(strategies, sweeps)
@@ -50,12 +60,7 @@ def _compare(args: argparse.Namespace) -> int:
         check_reference(strategies, args.axis_keys, args.reference)  # before anything runs
     except ValueError as e:
         raise SystemExit(f"felix-jax compare: {one_line(e)}")
-    try:
-        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    except ValueError:
-        raise SystemExit(f"felix-jax compare: --seeds expects comma-separated integers, got {args.seeds!r}")
-    if not (strategies and regimes and seeds):
-        raise SystemExit("felix-jax compare: --strategies, --availability and --seeds need at least one entry each")
+    given, regimes = regimes, _resolved_regimes(base, regimes)
     for flag, values in (("--strategies", strategies), ("--availability", regimes), ("--seeds", seeds)):
         twice = sorted({str(v) for v in values if values.count(v) > 1})
         if twice:
@@ -67,23 +72,24 @@ def _compare(args: argparse.Namespace) -> int:
         except (KeyError, ValueError) as e:
             cell = f"{name}: " if "@" in name else ""  # which cell of a sweep
             raise SystemExit(f"felix-jax compare: {cell}{one_line(e)}")
-    for rg in regimes:  # the name, and the trace file it reads
+    for name, rg in zip(given, regimes):  # the name, and the trace file it reads
         try:
             if rg.startswith("ref:") and rg[4:] not in REFERENCE_TRACE_NAMES:
                 from ..suggest import known_names
 
                 names = [f"ref:{n}" for n in REFERENCE_TRACE_NAMES]
                 raise KeyError(f"unknown reference trace{known_names(rg, names, 'reference traces')}")
-            make_trace(rg, 1, 0)
+            # a trace file at the scenario's population: what it says of its clients (reused, dropped) is said now
+            make_trace(rg, base.num_clients if is_file_name(rg) else 1, 0, form="function")
         except USER_ERRORS as e:
-            raise SystemExit(f"felix-jax compare: availability {rg!r}: {one_line(e)}")
-    _check_cell_folders(base, regimes)
+            raise SystemExit(f"felix-jax compare: availability {name!r}: {one_line(e)}")
+    _check_cell_folders(regimes)
     enable_cache("compare")  # before the results folder is made
     if args.out is not None and not args.out.strip():
         raise SystemExit(f"felix-jax compare: --out {args.out!r}: an empty path; give a folder name")
     from ..experiment.naming import default_compare_dir
 
-    out = Path(args.out) if args.out else default_compare_dir(base)
+    out = user_path(args.out) if args.out else user_path(str(default_compare_dir(base)))
     with contextlib.ExitStack() as held:
         try:  # one writer per folder for the whole comparison, never a run's folder
             held.enter_context(folder_lock(out, "felix-jax compare"))
@@ -93,28 +99,44 @@ def _compare(args: argparse.Namespace) -> int:
         return _compare_locked(args, base, strategies, regimes, seeds, out)
 
 
-def _check_cell_folders(base, regimes: list[str]) -> None:
+def _resolved_regimes(base, regimes: list[str]) -> list[str]:
+    """The regimes as the cells hold them (a trace file by its absolute path: the one key of its rows,
+    tables and figures); one line for a regime that is no scenario's, and for two names of one file."""
+    from ..experiment.matrix import resolve_regimes
+
+    resolved = []
+    for rg in regimes:
+        try:
+            resolved += resolve_regimes(base, [rg])
+        except (KeyError, ValueError) as e:
+            raise SystemExit(f"felix-jax compare: availability {rg!r}: {one_line(e)}")
+    for rg, path in zip(regimes, resolved):
+        if resolved.count(path) > 1:
+            other = regimes[resolved.index(path)]
+            raise SystemExit(f"felix-jax compare: --availability lists {path} more than once ({other} and {rg})"
+                             if other != rg else f"felix-jax compare: --availability lists {rg} more than once")
+    return resolved
+
+
+def _check_cell_folders(regimes: list[str]) -> None:
     """Two regimes whose cells would share one results folder (a trace file's cells are named by its
     file name, not its path) are refused before anything runs: one cell's results would overwrite
     the other's."""
-    from ..experiment.cells import cell_dir
+    from ..experiment.cells import cell_dir, regime_label
 
-    seen: dict[str, tuple[str, str]] = {}
+    seen: dict[str, str] = {}
     for rg in regimes:
-        resolved = base.with_overrides({"availability": rg}).availability  # a trace file by its absolute path
-        folder = cell_dir(Path("."), "STRATEGY", resolved, 0).name
+        folder = cell_dir(Path("."), "STRATEGY", rg, 0).name
         if folder in seen:
-            other, other_resolved = seen[folder]
-            same = " (the same file)" if other_resolved == resolved else ""
-            raise SystemExit(f"felix-jax compare: availability {other} and {rg}{same} would share the cell "
+            raise SystemExit(f"felix-jax compare: availability {seen[folder]} and {rg} would share the cell "
                              f"folders runs/{folder.replace('STRATEGY', '<strategy>')} (a trace file's cells are "
-                             "named by its file name): give the files different names")
-        seen[folder] = (rg, resolved)
+                             f"named by its file name, {regime_label(rg)}): give the files different names")
+        seen[folder] = rg
 
 
 def _compare_locked(args, base, strategies, regimes, seeds, out: Path) -> int:
     from ..experiment.figures.comparison import plot_comparison
-    from ..experiment.matrix import CellChanged, all_kept, run_matrix
+    from ..experiment.matrix import CellChanged, MatrixInterrupted, all_kept, run_matrix
     from ..experiment.ray_executor import ClusterError
     from ..experiment.report import write_report
     from ..experiment.tables import write_tables
@@ -123,21 +145,20 @@ def _compare_locked(args, base, strategies, regimes, seeds, out: Path) -> int:
         from ..experiment.sweep import default_batch
 
         batch = default_batch() if args.batch is None else args.batch
-        if batch < 1:
-            raise OptionError(f"--batch must be >= 1 experiments, got {batch}")
-        if args.ray_max_retries < 0:
-            raise OptionError(f"--ray-max-retries must be >= 0, got {args.ray_max_retries}")
         rows = run_matrix(base, strategies, regimes, seeds, out, progress=not args.quiet, resume=not args.overwrite,
                           batch=batch, executor=args.executor, ray_address=args.ray_address, writers=args.writers,
-                          ray_max_retries=args.ray_max_retries)
+                          ray_max_retries=args.ray_max_retries, stop_on_signals=True)
     except (*USER_ERRORS, CellChanged, ImportError, ClusterError) as e:  # ImportError: --executor ray without Ray
         more = ""
         if isinstance(e, PluginError) and e.snapshot is not None:  # its cell keeps a stop snapshot
             more = "; its cell stopped with its results so far: once the plugin is fixed, the same command continues it"
         raise SystemExit(f"felix-jax compare: {one_line(e)}{more}")
-    except KeyboardInterrupt:  # finished cells are on disk; the same command resumes from them
-        print(f"felix-jax compare: interrupted; finished cells are kept in {out}/runs, and the same command "
-              "continues from them", file=sys.stderr)
+    except MatrixInterrupted as e:  # the running cells stopped whole, with snapshots: the same command continues
+        print(f"felix-jax compare: {_interrupted(e, out)}", file=sys.stderr)
+        raise SystemExit(128 + e.signum)
+    except KeyboardInterrupt:  # a second interrupt: stopped at once; finished cells are on disk
+        print(f"felix-jax compare: interrupted twice, stopped at once; finished cells are kept in {out}/runs, and "
+              "the same command continues from them (a cell stopped at once starts again)", file=sys.stderr)
         raise SystemExit(128 + signal.SIGINT)
     from ..experiment.sweep_axes import comparison_view, write_comparison_json
 
@@ -156,6 +177,17 @@ def _compare_locked(args, base, strategies, regimes, seeds, out: Path) -> int:
           + "".join(f"{p}, " for p in [split_csv] if p is not None)
           + ", ".join(str(p) for p in figures) + f", {write_report(out)}")
     return 0
+
+
+def _interrupted(e, out: Path) -> str:
+    """What a signal left of the comparison, and the command that continues it."""
+    name = signal.Signals(e.signum).name
+    stopped = (f"{len(e.stopped)} running cell{'s' if len(e.stopped) != 1 else ''} stopped after its current event "
+               f"with its results so far and a snapshot ({', '.join(p.name for p in e.stopped)})"
+               if e.stopped else "no cell was running")
+    left = f"; {e.not_started} not started" if e.not_started else ""
+    return (f"interrupted by {name}: {stopped}{left}; finished cells are kept in {out}/runs; run the same command "
+            "again to continue")
 
 
 def add_parser(sub) -> argparse.ArgumentParser:

@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 
 from ..traces import DataFileError
-from .common import USER_ERRORS, add_traceback_flag, one_line
+from .common import USER_ERRORS, add_traceback_flag, one_line, user_path
 
 def _replot_run(run_dir: Path) -> Path:
     """``accuracy.png`` of a run folder, from its ``metrics.csv`` (and ``config.json`` for the title)."""
@@ -32,7 +32,7 @@ def _plot(args: argparse.Namespace) -> int:
     from ..experiment.figures.comparison import plot_comparison
     from ..experiment.tables import rows_from_summary_csv
 
-    folder = Path(args.dir)
+    folder = user_path(args.dir)
     try:
         if (folder / "summary.csv").is_file() and (folder / "runs").is_dir():
             _check_summary_csv(folder / "summary.csv")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from .common import USER_ERRORS, HelpFormatter, add_traceback_flag, one_line
+from .common import USER_ERRORS, HelpFormatter, add_traceback_flag, one_line, user_path
 
 PLOT_TRACE_EXAMPLES = """examples:
   felix-jax plot-trace avail50                               # avail50-trace.png: 100 clients, 24 h
@@ -21,9 +21,12 @@ def _plot_trace(args: argparse.Namespace) -> int:
         raise SystemExit(f"felix-jax plot-trace: --out {args.out!r}: an empty path; give a file name")
     if not (math.isfinite(args.slot_s) and args.slot_s > 0):
         raise SystemExit(f"felix-jax plot-trace: --slot-s {args.slot_s}: must be a finite number > 0")
+    from ..experiment.registry import is_file_name
+
+    trace = str(user_path(args.trace)) if is_file_name(args.trace) else args.trace  # a file: absolute at the edge
+    out = None if args.out is None else user_path(args.out)
     try:
-        path = plot_trace(args.trace, args.out, clients=args.clients, seed=args.seed, slot_s=args.slot_s,
-                          hours=args.hours)
+        path = plot_trace(trace, out, clients=args.clients, seed=args.seed, slot_s=args.slot_s, hours=args.hours)
     except (*USER_ERRORS, ValueError) as e:
         raise SystemExit(f"felix-jax plot-trace: {one_line(e)}")
     print(f"wrote {path}")

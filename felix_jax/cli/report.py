@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from .common import USER_ERRORS, one_line
+from .common import USER_ERRORS, one_line, user_path
 
 def _report(args: argparse.Namespace) -> int:
     from ..experiment.report import ReportError, write_report
 
     try:
-        path = write_report([Path(d) for d in args.dir], args.out)
+        # every path absolute at the edge: the page names its folders, the overlay's default is the working folder
+        path = write_report([user_path(d) for d in args.dir], None if args.out is None else user_path(args.out))
     except (*USER_ERRORS, ReportError, ValueError) as e:
         raise SystemExit(f"felix-jax report: {one_line(e)}")
     print(f"wrote {path}")

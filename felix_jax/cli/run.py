@@ -14,7 +14,7 @@ from pathlib import Path
 from ..fleet.snapshot import SnapshotWriteError
 from ..plugin_calls import PluginError
 from .common import (TRACEBACK_ENV, USER_ERRORS, HelpFormatter, add_traceback_flag, enable_cache, metric_writers,
-                     one_line, parse_sets, traceback_asked)
+                     one_line, parse_sets, traceback_asked, user_path)
 from .listing import print_listing
 
 RUN_EXAMPLES = """examples:
@@ -97,6 +97,9 @@ def _run(args: argparse.Namespace) -> int:
             print("\n".join(describe_plugin_entries(plugins, entries)))
         return 0
     _check_run_arguments(args)  # before anything is written
+    for flag in ("out", "resume", "config"):  # absolute from here on: joined, recorded and printed as such
+        if getattr(args, flag) is not None:
+            setattr(args, flag, str(user_path(getattr(args, flag))))
     args.writers = metric_writers(args, "run")
     snapshots = {"snapshot_every": args.snapshot_every, "snapshot_minutes": args.snapshot_minutes}
     if args.resume:
@@ -133,7 +136,8 @@ def _run(args: argparse.Namespace) -> int:
             print(fitted, flush=True)
         from ..experiment.naming import default_run_dir
 
-        out = Path(args.out) if args.out else default_run_dir(scenario)  # the reading in it, where not the default
+        # the reading in the default name, where not the default
+        out = Path(args.out) if args.out else user_path(str(default_run_dir(scenario)))
     _check_devices(scenario)
     enable_cache("run")  # before the results folder is made: a cache that cannot be used leaves nothing
     created = not out.exists()
@@ -150,20 +154,26 @@ def _run(args: argparse.Namespace) -> int:
 
 def _run_locked(args, scenario, out: Path, created: bool, snapshots: dict) -> int:
     from ..experiment.naming import reading_label
-    from ..experiment.results import OutputDirError, holds_run_results, remove_if_unused
+    from ..experiment.results import OutputDirError, holds_earlier_run, remove_if_unused
     from ..experiment.runner import run
 
     print(f"felix-jax run: {scenario.name} | strategy {scenario.strategy} | availability {scenario.availability} "
           f"| reading {reading_label(scenario)} | {scenario.num_clients} clients | results -> {out}", flush=True)
-    replacing = not args.resume and holds_run_results(out)  # written aside, swapped in once finished
+    # written aside, swapped in once finished; only an earlier run's files are said to be kept (not a lone log)
+    replacing = not args.resume and holds_earlier_run(out)
     kept = f"; the earlier results in {out} are kept" if replacing else ""
     try:
         if args.config:  # a rerun of a recorded run reads its files as they are now: say which changed
             from ..experiment.inputs import warn_changed_inputs
 
             warn_changed_inputs(args.config)
-        result = run(scenario, out, progress=not args.quiet, stop_on_signals=True, resume=bool(args.resume),
-                     wall_budget_s=args.wall_budget_s, writers=args.writers, scenario_file=args.config, **snapshots)
+        from ..experiment.stops import StopOnSignals
+
+        # one guard for the whole run: a signal while the finished run writes its files waits for them
+        with StopOnSignals(True) as signals:
+            result = run(scenario, out, progress=not args.quiet, stop_on_signals=signals, resume=bool(args.resume),
+                         wall_budget_s=args.wall_budget_s, writers=args.writers, scenario_file=args.config,
+                         **snapshots)
     except PluginError as e:
         if created and e.stopped_after is None and e.no_snapshot is None:  # it failed while the run was built
             remove_if_unused(out)
@@ -187,6 +197,10 @@ def _run_locked(args, scenario, out: Path, created: bool, snapshots: dict) -> in
         print(f"felix-jax run: interrupted by {name} after {result.summary['aggregations']} aggregations; "
               f"the results above are complete up to then{more}", file=sys.stderr)
         raise SystemExit(128 + result.interrupted_by)
+    if signals.signum is not None:  # it came after the last event: the run finished, its files are whole
+        print(f"felix-jax run: {signal.Signals(signals.signum).name} came as the finished run wrote its results; "
+              f"they are complete in {out}", file=sys.stderr)
+        raise SystemExit(128 + signals.signum)
     if result.summary["stop_reason"].startswith("diverged"):
         raise SystemExit(f"felix-jax run: {result.summary['stop_reason']}")
     return 0

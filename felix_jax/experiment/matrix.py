@@ -32,6 +32,25 @@ class CellChanged(ValueError):
     """A finished cell's recorded scenario differs from the one asked for (one line naming both)."""
 
 
+class MatrixInterrupted(Exception):
+    """A signal stopped the comparison (``run_matrix(stop_on_signals=True)``): the running cells stopped
+    after their current event, each with its results so far and a stop snapshot (``stopped``: their
+    folders), cells that had finished are whole, the rest did not start; ``summary.csv`` holds the rows
+    so far. The same matrix run again continues the stopped cells from their snapshots."""
+
+    def __init__(self, signum: int, stopped: list[Path], not_started: int):
+        super().__init__(f"stopped by signal {signum}")
+        self.signum, self.stopped, self.not_started = signum, stopped, not_started
+
+
+def resolve_regimes(base: Scenario, regimes: list[str]) -> list[str]:
+    """Each regime as a cell's scenario holds it (``availability``): a name as given, a trace file by its
+    absolute path. Cells' rows carry that value, and the tables, figures and report find a regime's
+    rows by it, so a comparison's regimes are resolved once, before it runs: ``diurnal.csv``,
+    ``./diurnal.csv`` and its absolute path are one regime."""
+    return [base.with_overrides({"availability": rg}).availability for rg in regimes]
+
+
 def changed_cell(sc: Scenario, run_dir: Path) -> str | None:
     """The keys in which a finished cell's recorded scenario differs from ``sc`` (None: no finished
     cell there, or the same scenario)."""
@@ -106,11 +125,12 @@ def _killed_with_snapshot(sc: Scenario, run_dir: Path) -> bool:
 
 def _run_cell(sc: Scenario, run_dir: Path, progress: bool, deadline: float = math.inf,
               plot: bool = True, cell_budget_s: float | None = None,
-              snapshot_minutes: float | None = None, writers: tuple = ()) -> dict | None:
+              snapshot_minutes: float | None = None, writers: tuple = (), signals=False) -> dict | None:
     """One cell's summary; None if it would start after ``deadline`` (``time.time()``). A cell that a
     signal stopped (its snapshot written at the stop) continues from there, and so does one killed
     outright after a periodic snapshot (``snapshot_minutes``: one every that many minutes of wall
-    time); any other unfinished cell starts again."""
+    time); any other unfinished cell starts again. ``signals``: the comparison's
+    :class:`~.stops.StopOnSignals` guard (a signal stops the cell after its current event)."""
     if time.time() > deadline:
         return None
     killed = _killed_with_snapshot(sc, run_dir)
@@ -119,12 +139,12 @@ def _run_cell(sc: Scenario, run_dir: Path, progress: bool, deadline: float = mat
 
         try:
             return run(sc, run_dir, progress=progress, plot=plot, wall_budget_s=cell_budget_s, resume=True,
-                       snapshot_minutes=snapshot_minutes, writers=writers).summary
+                       snapshot_minutes=snapshot_minutes, writers=writers, stop_on_signals=signals).summary
         except SnapshotError as err:  # written by another felix-jax (a changed simulator): the cell starts again
             print(f"{run_dir}: its snapshot cannot be resumed ({err}); the cell starts again", file=sys.stderr)
     resume = _interrupted_with_snapshot(run_dir)
     return run(sc, run_dir, progress=progress, plot=plot, wall_budget_s=cell_budget_s, resume=resume,
-               snapshot_minutes=snapshot_minutes, writers=writers).summary
+               snapshot_minutes=snapshot_minutes, writers=writers, stop_on_signals=signals).summary
 
 
 def _row(sc: Scenario, base: Scenario, summary: dict, run_dir: Path, label: str | None = None) -> dict:
@@ -137,7 +157,8 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
                workers: int = 1, cells: list[tuple[str, str, int]] | None = None,
                deadline: float = math.inf, plot: bool = True, cell_budget_s: float | None = None,
                batch: int = 1, executor: str = "local", ray_address: str | None = None,
-               snapshot_minutes: float | None = None, writers=(), ray_max_retries: int = 3) -> list[dict]:
+               snapshot_minutes: float | None = None, writers=(), ray_max_retries: int = 3,
+               stop_on_signals: bool = False) -> list[dict]:
     """Runs every (strategy, regime, seed) cell (or the given ``cells``) and writes ``summary.csv``.
 
     ``resume``: a cell whose folder already holds this scenario's ``config.json`` and a
@@ -156,6 +177,11 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
     cells from their last snapshot, not from the start.
     ``writers``: metric writers (``experiment/writers/``), one log per cell under ``out``; a kept
     cell that has none yet is logged from its files.
+    ``stop_on_signals``: from the main thread, SIGINT / SIGTERM stop the running cell (or sweep batch)
+    after its current event with its results so far and a stop snapshot, and no later cell starts; a
+    signal while a finished cell writes its files lets it finish them first. ``summary.csv`` is
+    written, then :class:`MatrixInterrupted` is raised; the same call again continues from there
+    (cell by cell and in sweep batches; a worker process keeps its own signals).
     """
     todo = cells if cells is not None else [(st, rg, sd) for rg in regimes for st in strategies for sd in seeds]
     scenarios = []
@@ -201,79 +227,86 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
     if pending and (executor == "ray" or workers > 1):  # a shared store made once, not by racing processes
         for w in writers:
             w.prepare()
-    if (executor == "ray" or batch > 1) and pending:
-        from .sweep import SweepJob, run_sweep
+    from .stops import StopOnSignals
 
-        dirs = [cell_dir(out, labels[i], scenarios[i].availability, scenarios[i].seed) for i in pending]
-        # Ray workers may start elsewhere: their folders by absolute path
-        jobs = [SweepJob(scenarios[i], d.resolve() if executor == "ray" else d, resume=_interrupted_with_snapshot(d),
-                         writers=cell_writers[i]) for i, d in zip(pending, dirs)]
-        if executor == "ray":
-            from .ray_executor import run_on_ray
+    signals = StopOnSignals.of(stop_on_signals and executor != "ray" and workers <= 1)
+    with signals:
+        if (executor == "ray" or batch > 1) and pending:
+            from .sweep import SweepJob, run_sweep
 
-            summaries = run_on_ray(jobs, batch, address=ray_address, plot=plot, wall_budget_s=cell_budget_s, log=log,
-                                   max_retries=ray_max_retries)
-        else:
-            summaries = [None if r is None else r.summary for r in
-                         run_sweep(jobs, batch, plot=plot, wall_budget_s=cell_budget_s, stop_on_signals=True,
-                                   deadline=deadline, log=log)]
-        for i, d, summary in zip(pending, dirs, summaries):
-            if summary is not None:
-                rows[i] = _row(scenarios[i], base, summary, d, labels[i])
-        if any(sm is not None and sm["stop_reason"] == "interrupted" for sm in summaries):
-            write_summary_csv([r for r in rows if r is not None], out)
-            raise KeyboardInterrupt  # as the cell-by-cell path: stopped cells resume from their snapshots
-    elif workers <= 1:
-        cells_bar = None
-        if progress and pending and sys.stderr.isatty():  # the outer bar over cells (a terminal only:
-            from tqdm import tqdm  # elsewhere the per-cell log lines say as much)
+            dirs = [cell_dir(out, labels[i], scenarios[i].availability, scenarios[i].seed) for i in pending]
+            # Ray workers may start elsewhere: their folders by absolute path
+            jobs = [SweepJob(scenarios[i], d.resolve() if executor == "ray" else d,
+                             resume=_interrupted_with_snapshot(d), writers=cell_writers[i])
+                    for i, d in zip(pending, dirs)]
+            if executor == "ray":
+                from .ray_executor import run_on_ray
 
-            cells_bar = tqdm(total=len(todo), initial=len(todo) - len(pending), desc="cells", unit="cell",
-                             file=sys.stderr, leave=True)
-        try:
-            walls: list[float] = []  # wall seconds of each cell run here: the whole comparison's ETA
-            for n, i in enumerate(pending):
-                sc = scenarios[i]
-                log(f"[{i + 1}/{len(todo)}] {labels[i]} on {regime_label(sc.availability)}, seed {sc.seed}"
-                    f"{comparison_eta(walls, len(pending) - n)}")
+                summaries = run_on_ray(jobs, batch, address=ray_address, plot=plot, wall_budget_s=cell_budget_s,
+                                       log=log, max_retries=ray_max_retries)
+            else:
+                summaries = [None if r is None else r.summary for r in
+                             run_sweep(jobs, batch, plot=plot, wall_budget_s=cell_budget_s, stop_on_signals=signals,
+                                       deadline=deadline, log=log)]
+            for i, d, summary in zip(pending, dirs, summaries):
+                if summary is not None:
+                    rows[i] = _row(scenarios[i], base, summary, d, labels[i])
+        elif workers <= 1:
+            cells_bar = None
+            if progress and pending and sys.stderr.isatty():  # the outer bar over cells (a terminal only:
+                from tqdm import tqdm  # elsewhere the per-cell log lines say as much)
+
+                cells_bar = tqdm(total=len(todo), initial=len(todo) - len(pending), desc="cells", unit="cell",
+                                 file=sys.stderr, leave=True)
+            try:
+                walls: list[float] = []  # wall seconds of each cell run here: the whole comparison's ETA
+                for n, i in enumerate(pending):
+                    if signals.signum is not None:  # stopped between cells: no other starts
+                        break
+                    sc = scenarios[i]
+                    log(f"[{i + 1}/{len(todo)}] {labels[i]} on {regime_label(sc.availability)}, seed {sc.seed}"
+                        f"{comparison_eta(walls, len(pending) - n)}")
+                    started = time.perf_counter()
+                    if cells_bar is not None:
+                        cells_bar.set_postfix_str(f"{labels[i]}/{regime_label(sc.availability)}/seed{sc.seed}")
+                    run_dir = cell_dir(out, labels[i], sc.availability, sc.seed)
+                    summary = _run_cell(sc, run_dir, progress, deadline, plot, cell_budget_s, snapshot_minutes,
+                                        cell_writers[i], signals)
+                    rows[i] = None if summary is None else _row(sc, base, summary, run_dir, labels[i])
+                    walls.append(time.perf_counter() - started)
+                    if cells_bar is not None:
+                        cells_bar.update(1)
+            finally:
+                if cells_bar is not None:
+                    cells_bar.close()
+        elif pending:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor, as_completed
+
+            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+                futures = {pool.submit(_run_cell, scenarios[i], cell_dir(out, labels[i],
+                                       scenarios[i].availability, scenarios[i].seed), False, deadline, plot,
+                                       cell_budget_s, snapshot_minutes, cell_writers[i]): i
+                           for i in pending}
                 started = time.perf_counter()
-                if cells_bar is not None:
-                    cells_bar.set_postfix_str(f"{labels[i]}/{regime_label(sc.availability)}/seed{sc.seed}")
-                run_dir = cell_dir(out, labels[i], sc.availability, sc.seed)
-                summary = _run_cell(sc, run_dir, progress, deadline, plot, cell_budget_s, snapshot_minutes,
-                                    cell_writers[i])
-                rows[i] = None if summary is None else _row(sc, base, summary, run_dir, labels[i])
-                walls.append(time.perf_counter() - started)
-                if cells_bar is not None:
-                    cells_bar.update(1)
-        finally:
-            if cells_bar is not None:
-                cells_bar.close()
-    elif pending:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = {pool.submit(_run_cell, scenarios[i], cell_dir(out, labels[i],
-                                   scenarios[i].availability, scenarios[i].seed), False, deadline, plot,
-                                   cell_budget_s, snapshot_minutes, cell_writers[i]): i
-                       for i in pending}
-            started = time.perf_counter()
-            for n, fut in enumerate(as_completed(futures), 1):
-                i = futures[fut]
-                sc = scenarios[i]
-                run_dir = cell_dir(out, labels[i], sc.availability, sc.seed)
-                summary = fut.result()
-                if summary is None:
-                    continue
-                rows[i] = _row(sc, base, summary, run_dir, labels[i])
-                # cells finish ``workers`` at a time: the mean per finished cell is over the elapsed time
-                per_cell = [(time.perf_counter() - started) / n] * n
-                log(f"[{n}/{len(pending)} run] {labels[i]} on {regime_label(sc.availability)}, seed {sc.seed}: "
-                    f"{rows[i]['stop_reason']}{comparison_eta(per_cell, len(pending) - n)}")
-    done = [r for r in rows if r is not None]
-    write_summary_csv(done, out)
-    return done
+                for n, fut in enumerate(as_completed(futures), 1):
+                    i = futures[fut]
+                    sc = scenarios[i]
+                    run_dir = cell_dir(out, labels[i], sc.availability, sc.seed)
+                    summary = fut.result()
+                    if summary is None:
+                        continue
+                    rows[i] = _row(sc, base, summary, run_dir, labels[i])
+                    # cells finish ``workers`` at a time: the mean per finished cell is over the elapsed time
+                    per_cell = [(time.perf_counter() - started) / n] * n
+                    log(f"[{n}/{len(pending)} run] {labels[i]} on {regime_label(sc.availability)}, "
+                        f"seed {sc.seed}: {rows[i]['stop_reason']}{comparison_eta(per_cell, len(pending) - n)}")
+        done = [r for r in rows if r is not None]
+        write_summary_csv(done, out)
+        if signals.signum is not None:
+            stopped = [Path(r["run_dir"]) for r in done if r.get("stop_reason") == "interrupted"]
+            raise MatrixInterrupted(signals.signum, stopped, len(todo) - len(done))
+        return done
 
 
 def all_kept(rows: list[dict]) -> bool:

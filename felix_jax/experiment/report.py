@@ -37,7 +37,8 @@ from .stats import pool_cells
 from .split import split_rows
 from .tables import FEW_SEEDS, few_seeds_warning, paired_text, per_seed_text, rows_from_summary_csv, sig
 from .units import bytes_text
-from .report_html import STYLE, ReportError, _e, _img, _json_pre, _num, _read_json, is_compare_folder  # noqa: F401
+from .report_html import (STYLE, ReportError, _e, _img, _json_pre, _num, _read_json, is_compare_folder,  # noqa: F401
+                          is_run_folder)
 
 REPORT_FILE = "report.html"
 AXES = ("strategy", "availability", "seed")
@@ -291,7 +292,34 @@ def write_report(folder: str | Path | list, out: str | Path | None = None) -> Pa
     return _replace(path, render_report(folder))
 
 
+def is_report_file(path: Path) -> bool:
+    """Whether ``path`` holds a page felix-jax wrote (a comparison's, a run's or an overlay: each opens
+    with the same doctype and a ``felix-jax`` title)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(512)
+    except OSError:
+        return False
+    return head.startswith(b"<!DOCTYPE html>") and b"<title>felix-jax" in head
+
+
+def check_report_path(path: Path) -> None:
+    """A ReportError (one line) unless ``path`` may take a report: never a folder, never an existing file
+    that is not a report felix-jax wrote, and inside a results folder (a run's or a comparison's) only an
+    ``.html`` name, so that no result file (metrics.csv, summary.csv, a figure) is ever replaced by a page."""
+    if path.is_dir():
+        raise ReportError(f"--out {path}: is a folder; name the page's file (e.g. {path / REPORT_FILE})")
+    if path.exists() and not is_report_file(path):
+        raise ReportError(f"--out {path}: the file exists and is not a report felix-jax wrote; report replaces only "
+                          "its own pages: give --out another file name")
+    folder = path.parent
+    if path.suffix.lower() not in (".html", ".htm") and (is_run_folder(folder) or is_compare_folder(folder)):
+        raise ReportError(f"--out {path}: inside the results folder {folder}, a report's name must end in .html "
+                          f"(e.g. {folder / REPORT_FILE}): the folder's own files are never replaced")
+
+
 def _replace(path: Path, text: str) -> Path:
+    check_report_path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)

@@ -171,6 +171,13 @@ def not_written_by_a_run(out_dir: str | Path) -> list[str]:
     return [name for name, written in _WRITTEN_BY_A_RUN.items() if (out / name).exists() and not written(out / name)]
 
 
+def holds_earlier_run(out_dir: str | Path) -> bool:
+    """Whether ``out_dir`` holds an earlier run (:data:`RUN_MARKERS`: its config, metrics, summary or
+    snapshot), not only what a run leaves beside them (a ``tensorboard/`` log, plots, the split)."""
+    out = Path(out_dir)
+    return out.is_dir() and any((out / name).exists() for name in RUN_MARKERS)
+
+
 def holds_run_results(out_dir: str | Path) -> bool:
     """Whether ``out_dir`` holds a run's results (or a snapshot) that a new run would replace."""
     out = Path(out_dir)
@@ -222,6 +229,8 @@ def prepare_out_dir(out_dir: str | Path, clear: bool = False, refuse_existing: b
         if foreign:
             raise OutputDirError(f"{out} holds {_listing(out, foreign)} that felix-jax did not write (not a run's "
                                  "results): a run never replaces them; move them or choose another --out")
+    if clear:
+        check_replaceable(out)
     if refuse_existing and not clear and (out / "config.json").exists() and not (out / "summary.json").exists() \
             and not (out / "snapshot" / "LATEST").is_file():
         raise OutputDirError(f"{out} holds a run that stopped before its end with nothing to resume (config.json, "
@@ -231,6 +240,25 @@ def prepare_out_dir(out_dir: str | Path, clear: bool = False, refuse_existing: b
         raise OutputDirError(f"{out} already holds a run's results (config.json): pass --overwrite to replace "
                              "them or choose another --out (to continue a run, see felix-jax run --help)")
     return out
+
+
+def check_replaceable(out_dir: str | Path) -> None:
+    """Refuses (:class:`OutputDirError`, one line naming it) an earlier result folder that a replacing run
+    could not move aside (:func:`_swap_in`): a folder moves to another parent only if it can be written
+    (its ``..`` entry changes), e.g. a read-only ``tensorboard/``. Checked by a write, before any work,
+    not found once the run has finished."""
+    out = Path(out_dir)
+    for name in (*RESULT_FILES, SNAPSHOT_DIR):
+        path = out / name
+        if not path.is_dir() or path.is_symlink():
+            continue
+        try:
+            with tempfile.TemporaryFile(dir=path):
+                pass
+        except OSError as e:
+            raise OutputDirError(f"cannot replace the earlier results in {out}: {path} cannot be written "
+                                 f"({e.strerror or e}), so it cannot be moved aside: make it writable, or choose "
+                                 "another --out") from None
 
 
 def finish_replacement(out_dir: str | Path) -> None:
@@ -270,7 +298,10 @@ def staged_results(out_dir: str | Path, replace: bool):
     """The folder a run writes its results to: ``out_dir`` itself, or, when ``replace`` and
     ``out_dir`` holds an earlier run's results, a staging folder inside it whose contents replace
     those results only when the ``with`` block ends normally: a run that fails, or is stopped at
-    once, leaves the earlier results as they were."""
+    once, leaves the earlier results as they were. A swap that fails (:func:`check_replaceable` refuses
+    what it can foresee) puts the earlier results back and keeps the finished run in
+    ``OUT/felix-jax-new-results`` (:data:`UNSWAPPED_DIR`), never only in the staging folder, which the
+    next run in ``out`` drops; an :class:`OutputDirError` says so."""
     out = Path(out_dir)
     if not (replace and holds_run_results(out)):
         yield out
@@ -284,7 +315,41 @@ def staged_results(out_dir: str | Path, replace: bool):
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    _swap_in(staging, out)
+    try:
+        _swap_in(staging, out)
+    except OSError as e:  # never a finished run left only in the staging folder (the next run drops it)
+        if not staging.exists():  # all of it in place: only the earlier results' removal failed (finish_replacement)
+            return
+        raise OutputDirError(_unswapped(staging, out, e)) from e
+
+
+UNSWAPPED_DIR = "felix-jax-new-results"  # a finished replacing run that could not be swapped in
+
+
+def _unswapped(staging: Path, out: Path, e: OSError) -> str:
+    """After a swap that failed half-way: the earlier results moved back, the finished run's kept in a
+    folder of its own in ``out`` (not the staging folder, which the next run would drop); the message."""
+    retired = out / RETIRED_DIR
+    reason = f"{e.filename}: {e.strerror}" if e.filename and e.strerror else str(e)
+    try:
+        if (retired / ".all-retired").exists():  # the new entries moved in so far go back first
+            for name in (*RESULT_FILES, SNAPSHOT_DIR):
+                if os.path.lexists(out / name):
+                    os.replace(out / name, staging / name)
+        if retired.is_dir():
+            for entry in retired.iterdir():
+                if entry.name != ".all-retired":
+                    os.replace(entry, out / entry.name)
+            shutil.rmtree(retired)
+        kept = out / UNSWAPPED_DIR
+        if kept.exists():
+            kept = Path(tempfile.mkdtemp(prefix=UNSWAPPED_DIR + "-", dir=out))
+            kept.rmdir()
+        os.replace(staging, kept)
+    except OSError:  # as it is: the next run in the folder completes the swap (finish_replacement)
+        return (f"the run finished but its results could not be put in place in {out} ({reason}); they are in "
+                f"{staging}, the earlier ones in {retired}: the next run there completes the swap")
+    return f"the run finished but its results could not be put in place in {out} ({reason}); they are in {kept}"
 
 
 def write_config(out_dir: str | Path, config: dict) -> Path:
@@ -452,13 +517,13 @@ def live_metrics(checkpoints, shift_times_s: list[float], target: float | None) 
 def write_results(out_dir: str | Path, config: dict, record: RunRecord, summary: dict, plot: bool = True,
                   streamed: bool = False) -> Path:
     """The whole results folder; ``streamed``: config.json and metrics.csv were written as the run
-    went (:func:`write_config`, :class:`MetricsStream`), only the end-of-run files remain."""
+    went (:func:`write_config`, :class:`MetricsStream`), only the end-of-run files remain.
+    ``summary.json`` comes last: its presence says the folder is whole."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if not streamed:
         write_config(out, config)
         write_metrics_csv(out / "metrics.csv", record.checkpoints)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     a = record.accounting
     (out / "distributions.json").write_text(json.dumps({
         **a.distributions(),
@@ -471,6 +536,11 @@ def write_results(out_dir: str | Path, config: dict, record: RunRecord, summary:
         plot_accuracy(record, out / "accuracy.png", title=run_title(config),
                       target=config.get("scenario", {}).get("target_accuracy"))
         plot_participation(_event_rows(record), record.num_clients, out / "participation.png", run_title(config))
+    # last, and whole (renamed into place): a folder with a summary.json holds every file of the run, so a
+    # process killed while it wrote the others never leaves a run that a comparison takes as finished
+    tmp = out / ".summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=2, default=str))
+    os.replace(tmp, out / "summary.json")
     return out
 
 

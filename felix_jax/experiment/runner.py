@@ -57,7 +57,9 @@ def run(sc: Scenario, out_dir: str | Path | None = None, progress: bool = False,
     ``distributions.json`` and ``accuracy.png`` are written when the run stops.
     ``stop_on_signals``: during the run, SIGINT / SIGTERM stop it after the current event;
     the results are then complete up to that point, with stop reason ``"interrupted"`` and
-    ``RunResult.interrupted_by`` set to the signal (the ``felix-jax run`` command uses this).
+    ``RunResult.interrupted_by`` set to the signal (the ``felix-jax run`` command uses this). A
+    :class:`~.stops.StopOnSignals` guard there is shared (a comparison's, which keeps a signal that
+    comes between its cells or while a cell writes its files, to stop once the cell is whole).
     ``snapshot_every`` aggregations and/or ``snapshot_minutes`` of wall time, the run writes a
     snapshot to ``out_dir/snapshot`` (and one more when a signal stops it); ``resume=True``
     continues the run whose snapshot ``out_dir`` holds (``sc`` must be its scenario, e.g.
@@ -81,6 +83,8 @@ def run(sc: Scenario, out_dir: str | Path | None = None, progress: bool = False,
     writers = make_writers(writers)  # a missing package is refused here, before any work
     if writers and out_dir is None:
         raise ValueError("writers need the run's results folder (out_dir)")
+    for writer in writers:  # and a log folder that cannot be written (a file there, read-only)
+        writer.check_folder(Path(out_dir))
     # one writer per results folder, for the whole run (re-entrant within a process)
     with folder_lock(out_dir, "felix-jax run") if out_dir is not None else contextlib.nullcontext():
         return _run(sc, out_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_minutes, resume,
@@ -145,7 +149,7 @@ def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every
     timer: threading.Timer | None = None
     failure: BaseException | None = None  # what stopped the run inside an event (stops.RUN_FAILURES)
     stop_snapshot: Path | None = None
-    sim = None
+    sim = attached = None
 
     def on_checkpoint(cp: Checkpoint) -> None:
         if stream is not None:
@@ -154,7 +158,7 @@ def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every
             feed(cp, sim)
         bar(cp)
 
-    with StopOnSignals(stop_on_signals) as signals:
+    with StopOnSignals.of(stop_on_signals) as signals:
         try:
             splits = []  # the clients' split, on record in the folder (split.py)
             sim = build_simulator(sc, on_checkpoint=on_checkpoint, on_partition=None if out is None else
@@ -185,6 +189,7 @@ def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every
                                                   every_minutes=snapshot_minutes,
                                                   on_saved=None if feed is None else feed.flush)
             signals.attach(sim)
+            attached = sim
             if wall_budget_s is not None:
                 left = wall_budget_s - (time.perf_counter() - t_call)
                 timer = threading.Timer(max(left, 0.0), sim.request_stop, args=("wall_budget",))
@@ -210,6 +215,8 @@ def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every
                 feed.close(None, None, "FAILED")
             raise
         finally:
+            if attached is not None:  # a signal from here on (writing the files) waits for the caller
+                signals.detach(attached)
             if timer is not None:
                 timer.cancel()
             bar.close()

@@ -36,22 +36,35 @@ def failure_stop_reason(error: BaseException) -> str:
 
 
 class StopOnSignals:
-    """While active, SIGINT and SIGTERM ask the simulator to stop after the event in progress
-    (stop reason ``"interrupted"``); a second signal stops at once (KeyboardInterrupt for SIGINT,
-    SystemExit(128 + signal) for SIGTERM). The previous handlers come back on exit. Only the main
-    thread may install handlers; elsewhere this does nothing. A SIGINT that is ignored (a shell's
-    background job) stays ignored."""
+    """While active, SIGINT and SIGTERM ask what is attached (a simulator, a sweep batch: anything with
+    ``request_stop(reason)``) to stop after the event in progress (stop reason ``"interrupted"``), and
+    :attr:`signum` keeps the signal; with nothing attached (a comparison between its cells, or writing a
+    finished cell's files) the signal is only kept, for the caller to stop at the next safe point. A
+    second signal stops at once (KeyboardInterrupt for SIGINT, SystemExit(128 + signal) for SIGTERM).
+
+    One guard can serve a whole comparison: entered again (a run inside the comparison's guard) it
+    installs nothing more, and the handlers it replaced come back when the outermost ``with`` ends.
+    Only the main thread may install handlers; elsewhere this does nothing. A SIGINT that is ignored (a
+    shell's background job) stays ignored."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self, enabled: bool):
         self.enabled = enabled and threading.current_thread() is threading.main_thread()
         self.signum: int | None = None
-        self._sim: FleetSimulator | None = None
+        self._targets: list = []
         self._previous: dict[int, Any] = {}
+        self._depth = 0
+
+    @classmethod
+    def of(cls, stop_on_signals) -> "StopOnSignals":
+        """``stop_on_signals`` as a guard: a guard itself (shared, e.g. a comparison's), else a new one
+        enabled when it is true."""
+        return stop_on_signals if isinstance(stop_on_signals, cls) else cls(bool(stop_on_signals))
 
     def __enter__(self) -> "StopOnSignals":
-        if self.enabled:
+        self._depth += 1
+        if self.enabled and self._depth == 1:
             for sig in self.SIGNALS:
                 previous = signal.getsignal(sig)
                 if sig == signal.SIGINT and previous == signal.SIG_IGN:
@@ -67,14 +80,20 @@ class StopOnSignals:
                 raise KeyboardInterrupt
             raise SystemExit(128 + signum)
         self.signum = signum
-        if self._sim is not None:
-            self._sim.request_stop("interrupted")
+        for target in list(self._targets):
+            target.request_stop("interrupted")
 
-    def attach(self, sim: FleetSimulator) -> None:
-        """From now on a signal stops ``sim``; one that came while it was being built stops it now."""
-        self._sim = sim
+    def attach(self, target) -> None:
+        """From now on a signal stops ``target``; one that came before (while it was being built) stops
+        it now."""
+        self._targets.append(target)
         if self.signum is not None:
-            sim.request_stop("interrupted")
+            target.request_stop("interrupted")
+
+    def detach(self, target) -> None:
+        """``target`` has stopped: a later signal is only kept."""
+        if target in self._targets:
+            self._targets.remove(target)
 
     def _restore(self) -> None:
         for sig, previous in self._previous.items():
@@ -82,7 +101,9 @@ class StopOnSignals:
         self._previous = {}
 
     def __exit__(self, *exc) -> None:
-        self._restore()
+        self._depth -= 1
+        if self._depth == 0:
+            self._restore()
 
 
 def replay_to_last_event(sc: Scenario, settled: int | None, seen: list[Checkpoint], snap_dir: Path,

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import signal
 import sys
 import threading
 import time
@@ -284,15 +283,16 @@ def plan_batches(jobs: list[SweepJob], batch: int) -> list[list[int]]:
 
 def run_sweep(jobs: list[SweepJob], batch: int | None = None, *, plot: bool = True,
               snapshot_every: int | None = None, snapshot_minutes: float | None = None,
-              stop_on_signals: bool = False, wall_budget_s: float | None = None, deadline: float = math.inf,
+              stop_on_signals=False, wall_budget_s: float | None = None, deadline: float = math.inf,
               log: Callable[[str], None] | None = None, progress_every_s: float = 60.0) -> list:
     """Runs ``jobs`` in batches (see the module docstring); one RunResult per job, in order.
 
     ``batch``: experiments per batch (default :func:`default_batch`). ``stop_on_signals``: from
     the main thread, SIGINT / SIGTERM stop every running experiment after its current event,
     each writing its stop snapshot (``resume=True`` jobs continue from there); the jobs of later
-    batches are not started (their entries are None). An experiment that fails does not stop
-    the others of its batch; the first error is raised once the batch has finished.
+    batches are not started (their entries are None); a :class:`~.stops.StopOnSignals` guard there is
+    shared (a comparison's: its :attr:`~.stops.StopOnSignals.signum` says a signal came). An
+    experiment that fails does not stop the others of its batch; the first error is raised once the batch has finished.
     Two jobs with the same ``out_dir`` are refused before anything runs, and a folder that another
     run or sweep (of this process or another) is writing is refused by its folder lock.
     ``wall_budget_s``: each experiment's (``runner.run``); batches that would start after
@@ -312,31 +312,19 @@ def run_sweep(jobs: list[SweepJob], batch: int | None = None, *, plot: bool = Tr
                                  "give each job its own out_dir")
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
     results: list = [None] * len(jobs)
-    stop = {"reason": None}
-    current: list[BatchCoordinator] = []
+    from .stops import StopOnSignals
 
-    def on_signal(signum, _frame):
-        if stop["reason"] is not None:  # a second signal: stop at once
-            raise KeyboardInterrupt
-        stop["reason"] = "interrupted"
-        for c in current:
-            c.request_stop("interrupted")
-
-    install = stop_on_signals and threading.current_thread() is threading.main_thread()
-    previous = {}
-    if install:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, on_signal)
+    signals = StopOnSignals.of(stop_on_signals)  # a comparison's guard, or one for this sweep
     t_start = time.perf_counter()
     compiles_at_start = compile_count()
     walls: list[float] = []  # wall seconds per experiment of each finished batch: the sweep's ETA
-    try:
+    with signals:
         batches = plan_batches(jobs, batch)
         for b_i, members in enumerate(batches):
-            if stop["reason"] is not None or time.time() > deadline:
+            if signals.signum is not None or time.time() > deadline:
                 break
             coordinator = BatchCoordinator(len(members))
-            current[:] = [coordinator]
+            signals.attach(coordinator)
             errors: list = [None] * len(members)
 
             def work(slot, i, member):
@@ -364,6 +352,7 @@ def run_sweep(jobs: list[SweepJob], batch: int | None = None, *, plot: bool = Tr
                     if time.perf_counter() - last_line >= progress_every_s:
                         last_line = time.perf_counter()
                         log(coordinator.progress_line())
+            signals.detach(coordinator)
             walls += [(time.perf_counter() - t_batch) / len(members)] * len(members)
             for i in members:
                 r = results[i]
@@ -373,9 +362,6 @@ def run_sweep(jobs: list[SweepJob], batch: int | None = None, *, plot: bool = Tr
             failed = [e for e in errors if e is not None]
             if failed:
                 raise failed[0]
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
     stopped = sum(r is not None and r.summary["stop_reason"] == "interrupted" for r in results)
     log(f"sweep: {sum(r is not None for r in results)}/{len(jobs)} experiments"
         + (f" ({stopped} stopped by a signal, resumable)" if stopped else "") + " in "

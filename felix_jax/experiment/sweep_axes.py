@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 
 from .cells import parse_cell_strategy
+from .stats import default_reference
 
 # the fleet's and the policies' knobs: a sweep over one of these makes variants of each strategy
 VARIANT_FIELDS = frozenset({
@@ -52,10 +53,6 @@ class ComparisonView:
     regimes: list[str]
     reference: str
     axis_keys: list[str]
-
-
-def default_reference(strategies: list[str]) -> str:
-    return "felix" if "felix" in strategies else strategies[0]
 
 
 def check_reference(strategies: list[str], keys: list[str], reference: str | None) -> str:

@@ -552,7 +552,7 @@ def _save_device(path: Path, device: dict) -> None:
     logger.addFilter(held)
     try:
         with ckpt:
-            ckpt.save(path, args=ocp.args.StandardSave(device))
+            ckpt.save(Path(path).absolute(), args=ocp.args.StandardSave(device))  # orbax takes absolute paths only
     except OSError:
         _join_threads_since(before)
         raise
@@ -683,7 +683,8 @@ def _load_verified(sim: "FleetSimulator", snap: Path) -> Path:
                     for k, m in head["device"].items()}
         try:
             with ckpt:
-                device = ckpt.restore(snap / _DEVICE, args=ocp.args.StandardRestore(abstract))
+                # orbax takes absolute paths only (a relative --resume folder is the user's right)
+                device = ckpt.restore((snap / _DEVICE).absolute(), args=ocp.args.StandardRestore(abstract))
         except Exception as e:  # orbax raises many kinds; one line names the folder
             raise SnapshotError(f"snapshot {snap / _DEVICE} is unreadable: {type(e).__name__}: {e}") from None
     try:

@@ -152,6 +152,10 @@ class MetricWriter:
     def prepare(self) -> None:
         """Before a comparison's cells run in several processes: anything shared made once."""
 
+    def check_folder(self, out_dir: Path) -> None:
+        """Before any work: refuses (:class:`WriterError`, one line naming the folder) a log this writer
+        could not write for a run into ``out_dir`` (a writer that keeps its logs in a folder)."""
+
     def has_log(self, info: RunInfo) -> bool:
         raise NotImplementedError
 

@@ -8,6 +8,7 @@ import dataclasses
 import json
 import os
 import struct
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -15,8 +16,8 @@ from typing import Iterable
 
 import numpy as np
 
-from .base import (FINAL_STATUSES, TENSORBOARD_DIR, MetricWriter, Point, RunInfo, RunLog, flatten, run_label, scalars,
-                   summary_scalars)
+from .base import (FINAL_STATUSES, TENSORBOARD_DIR, MetricWriter, Point, RunInfo, RunLog, WriterError, flatten,
+                   run_label, scalars, summary_scalars)
 
 HPARAM_METRICS = ("test/accuracy", "test/loss", "summary/time_to_target_h", "summary/final_accuracy")
 
@@ -40,6 +41,26 @@ class TensorBoardWriter(MetricWriter):
 
     def has_log(self, info: RunInfo) -> bool:
         return last_logged_step(self.logdir(info)) is not None
+
+    def check_folder(self, out_dir: Path) -> None:
+        """The log's folder (``OUT/tensorboard``, or the comparison's ``tensorboard/NAME``) or, where it is
+        not made yet, the nearest folder above it, must be a folder this process can write in: checked
+        by a write, as the results folder is, so a run is not refused only once it has finished."""
+        logdir = Path(out_dir) / TENSORBOARD_DIR if self.root is None else \
+            Path(self.root) / TENSORBOARD_DIR / (self.name or "")
+        there = logdir
+        while not there.exists() and there != there.parent:
+            there = there.parent
+        if not there.is_dir():
+            raise WriterError(f"--log-to tensorboard: cannot write its log to {logdir}: {there} is a file, "
+                              "not a folder")
+        try:
+            with tempfile.TemporaryFile(dir=there):
+                pass
+        except OSError as e:
+            where = "" if there == logdir else f"{there}: "
+            raise WriterError(f"--log-to tensorboard: cannot write its log to {logdir}: {where}{e.strerror or e}") \
+                from None
 
     def open(self, info: RunInfo) -> "_TensorBoardLog":
         return _TensorBoardLog(self, info)
