@@ -98,7 +98,13 @@ def test_a_batch_stopped_by_a_signal_and_resumed_equals_an_uninterrupted_one(sol
 
     monkeypatch.setattr(BatchCoordinator, "_request", request)
     monkeypatch.setattr(BatchCoordinator, "request_stop", request_stop)
-    first = run_sweep(jobs, batch=3, plot=False, stop_on_signals=True, snapshot_every=5)
+    # SIGINT as a terminal delivers it: a suite started in the background (``cmd &``) runs with SIGINT
+    # ignored, which the sweep then leaves ignored, as a shell's background job wants
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        first = run_sweep(jobs, batch=3, plot=False, stop_on_signals=True, snapshot_every=5)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     monkeypatch.undo()
     stopped = [r for r in first if r is not None and r.summary["stop_reason"] == "interrupted"]
     assert len(stopped) == len(keep), [r.summary["stop_reason"] for r in first if r is not None]

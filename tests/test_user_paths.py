@@ -235,9 +235,9 @@ def test_report_and_plot_take_relative_folders_and_never_replace_a_result_file(c
 
 
 # ------------------------------------------------------------------------ signals to a real compare
-@pytest.mark.parametrize("batch, sig", [
+@pytest.mark.parametrize("batch, sig", [  # the default tier: Ctrl-C in a plain compare; the rest in the slow tier
     ("1", signal.SIGINT),
-    ("2", signal.SIGTERM),
+    pytest.param("2", signal.SIGTERM, marks=pytest.mark.slow),
     pytest.param("1", signal.SIGTERM, marks=pytest.mark.slow),
     pytest.param("2", signal.SIGINT, marks=pytest.mark.slow),
 ], ids=["plain-SIGINT", "batch-SIGTERM", "plain-SIGTERM", "batch-SIGINT"])
