@@ -1,5 +1,6 @@
 """Where felix-jax calls a user's plugin: a selector's ``init`` / ``select``, an aggregator's
-``weights`` / ``transform_deltas`` / ``augment_info``, and the factories that make them and models.
+``weights`` / ``transform_deltas`` / ``augment_info`` / ``combine``, and the factories that make them and
+models.
 
 What such a call raises is the plugin author's to fix, so it reaches them as a
 :class:`PluginError`: one line saying which plugin and which call (``selector 'greedy'.select``),
@@ -100,6 +101,17 @@ DROPOUT_ADVICE = ("a module with dropout takes its training switch as an argumen
 def is_missing_rng(error: BaseException) -> bool:
     """Whether ``error`` is flax's InvalidRngError (a module drew random numbers it was not given a key for)."""
     return any(t.__name__ == "InvalidRngError" for t in type(error).__mro__)
+
+
+def defined_at(fn: Callable) -> str:
+    """``" (defined at FILE:LINE)"`` for a plugin's function (unwrapped: the user's own ``def``), ``""``
+    for felix-jax's own or where Python cannot say: a broken contract found after the call (ids out of
+    range, bad weights) then points at the code to fix, as an exception inside it does."""
+    target = inspect.unwrap(fn)
+    code = getattr(target, "__code__", None)
+    if code is None or not is_plugin(target):
+        return ""
+    return f" (defined at {code.co_filename}:{code.co_firstlineno})"
 
 
 def check_signature(what: str, fn: Callable, args: tuple, expected: str) -> None:

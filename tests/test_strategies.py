@@ -5,6 +5,7 @@ import collections
 import numpy as np
 
 from felix_jax.experiment import STRATEGIES, get_preset
+from felix_jax.experiment.strategies import get_strategy
 from felix_jax.experiment.runner import build_simulator
 from felix_jax.traces import Tier
 
@@ -46,6 +47,33 @@ def test_tiertrack_stops_dispatching_to_clients_that_left():
     log2 = [(t, c) for t, c, kind, _ in rec2.accounting.dispatch_log if kind == "train"]
     states2 = np.array([sim2.trace.state_at(t, np.array([c]))[0] for t, c in log2])
     assert (states2 != Tier.AVL_TRAIN).any()
+
+
+def test_fedbuff_at_each_knowledge_sends_tasks_only_where_it_may_know_them_available():
+    """FedBuff's rule at equal knowledge: with TierTrack or the oracle its random picks are among the
+    available clients; plain FedBuff (no knowledge) sends tasks to absent clients too."""
+    for name in ("fedbuff-tiertrack", "fedbuff-oracle"):
+        st = get_strategy(name)
+        assert (st.mode, st.selector, st.aggregator) == ("async", "random", "fedbuff")
+        sim, rec = simulate(strategy=name, availability="avail50", max_aggregations=30)
+        log = [(t, c) for t, c, kind, _ in rec.accounting.dispatch_log if kind == "train"]
+        states = np.array([sim.trace.state_at(t, np.array([c]))[0] for t, c in log])
+        assert len(log) > 30 and (states == Tier.AVL_TRAIN).all(), name
+    sim, rec = simulate(strategy="fedbuff", availability="avail50", max_aggregations=30)
+    log = [(t, c) for t, c, kind, _ in rec.accounting.dispatch_log if kind == "train"]
+    assert (np.array([sim.trace.state_at(t, np.array([c]))[0] for t, c in log]) != Tier.AVL_TRAIN).any()
+    assert {get_strategy(n).knowledge.value for n in ("fedbuff", "fedbuff-tiertrack", "fedbuff-oracle")} == \
+        {"none", "tiertrack", "oracle"}
+
+
+def test_run_list_states_every_strategys_knowledge(capsys):
+    from felix_jax.cli import main
+
+    assert main(["run", "--list"]) == 0
+    out = capsys.readouterr().out
+    for name, st in STRATEGIES.items():
+        line = next(ln for ln in out.splitlines() if ln.split()[:1] == [name])
+        assert f" {st.mode} " in line and f" {st.knowledge.value} " in line, line
 
 
 def test_sync_oort_without_knowledge_stalls_under_50pct_and_oracle_does_not():

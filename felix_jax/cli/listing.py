@@ -55,9 +55,12 @@ def print_listing(preset: str = "quickstart") -> None:
     for name, sc in PRESETS.items():
         print(f"  {name:<16} {sc.dataset}, {sc.model}, {sc.num_clients} clients, strategy {sc.strategy}, "
               f"availability {sc.availability}, target {sc.target_accuracy}")
-    print("strategies:")
+    print("strategies (mode, availability knowledge: none = learned from replies and timeouts, tiertrack = "
+          "every client's tier changes, oracle = the true trace; selector + aggregator):")
+    width = max(len(n) for n in STRATEGIES)
     for name, st in STRATEGIES.items():
-        print(f"  {name:<16} {st.description}")
+        print(f"  {name:<{width}}  {st.mode:<5}  {st.knowledge.value:<9}  {st.selector} + {st.aggregator}: "
+              f"{st.description}")
     print("availability regimes:", ", ".join(AVAILABILITY), "(and ref:NAME for a shared reference trace)")
     print("device profiles:", ", ".join(DEVICE_PROFILES))
     print("models:", ", ".join(MODELS))

@@ -21,7 +21,7 @@ from typing import Callable
 
 from .cells import cell_dir, cell_overrides, regime_label
 from .inputs import changed_in_folder
-from .progress import comparison_eta
+from .progress import budget_share, comparison_eta
 from .runner import run
 from .scenario import Scenario
 from .stops import DEVICE_ERROR, PLUGIN_ERROR, POLICY_ERROR
@@ -260,12 +260,13 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
                                  file=sys.stderr, leave=True)
             try:
                 walls: list[float] = []  # wall seconds of each cell run here: the whole comparison's ETA
+                shares: list[float] = []  # and the share of its budget each used (progress.budget_share)
                 for n, i in enumerate(pending):
                     if signals.signum is not None:  # stopped between cells: no other starts
                         break
                     sc = scenarios[i]
                     log(f"[{i + 1}/{len(todo)}] {labels[i]} on {regime_label(sc.availability)}, seed {sc.seed}"
-                        f"{comparison_eta(walls, len(pending) - n)}")
+                        f"{comparison_eta(walls, len(pending) - n, shares)}")
                     started = time.perf_counter()
                     if cells_bar is not None:
                         cells_bar.set_postfix_str(f"{labels[i]}/{regime_label(sc.availability)}/seed{sc.seed}")
@@ -274,6 +275,7 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
                                         cell_writers[i], signals)
                     rows[i] = None if summary is None else _row(sc, base, summary, run_dir, labels[i])
                     walls.append(time.perf_counter() - started)
+                    shares.append(1.0 if summary is None else budget_share(sc, summary))
                     if cells_bar is not None:
                         cells_bar.update(1)
             finally:

@@ -29,7 +29,13 @@ def plugin_entries(plugins: str) -> dict[str, list[str]]:
 
 def describe_plugin_entries(plugins: str, entries: dict[str, list[str]]) -> list[str]:
     """The listing's lines for ``entries`` (from :func:`plugin_entries`)."""
+    from .strategies import STRATEGIES
+
     lines = [f"from plugins ({plugins}; use them like the built-in ones, e.g. --set model=NAME):"]
     for kind in KINDS:
-        lines.append(f"  {kind + ':':<13} {', '.join(entries[kind]) or 'none'}")
+        names = entries[kind]
+        if kind == "strategies":  # its mode and availability knowledge, as the built-in ones are listed
+            names = [f"{n} ({STRATEGIES[n].mode}, {STRATEGIES[n].knowledge.value})" if n in STRATEGIES else n
+                     for n in names]
+        lines.append(f"  {kind + ':':<13} {', '.join(names) or 'none'}")
     return lines

@@ -25,48 +25,72 @@ def format_seconds(s: float) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
-def comparison_eta(walls: list[float], cells_left: int) -> str:
+def comparison_eta(walls: list[float], cells_left: int, shares: list[float] | None = None) -> str:
     """The whole comparison's ETA for a progress line: the mean wall time of the cells finished so
     far times the cells left (``""`` before any cell has finished, or with none left). In sweep
-    batches a cell's wall time is its batch's over the batch's experiments."""
+    batches a cell's wall time is its batch's over the batch's experiments. ``shares``: the share of
+    its budget (the nearer cap: :func:`budget_share`) each finished cell used: the line then adds an
+    upper bound, the wall time per whole budget over the cells so far times the cells left, for cells
+    that the target ended early say little of one that runs to its cap."""
     if not walls or cells_left <= 0:
         return ""
     mean = sum(walls) / len(walls)
+    bound = ""
+    if shares is not None and sum(shares) > 0:
+        whole = sum(walls) / sum(shares)  # wall seconds a cell takes to use all of its budget
+        if whole * cells_left > 1.05 * mean * cells_left:
+            bound = f"; <= {format_seconds(whole * cells_left)} if each runs to its cap"
     return (f" | comparison ETA {format_seconds(mean * cells_left)} ({cells_left} cell"
-            f"{'s' if cells_left != 1 else ''} left at {format_seconds(mean)} per finished cell)")
+            f"{'s' if cells_left != 1 else ''} left at {format_seconds(mean)} per finished cell{bound})")
+
+
+def budget_share(sc: "Scenario", summary: dict) -> float:
+    """The share of its stop rule's budget a finished run used: the nearer of aggregations over
+    ``max_aggregations`` and virtual time over ``max_virtual_hours`` (1 for a run stopped at a cap)."""
+    shares = [summary.get("aggregations", 0) / sc.max_aggregations]
+    if math.isfinite(sc.max_virtual_hours):
+        shares.append(summary.get("end_time_s", 0.0) / (sc.max_virtual_hours * 3600))
+    return min(max(shares), 1.0)
 
 
 @dataclasses.dataclass(frozen=True)
 class StopProgress:
     """How far a run is toward each part of its stop rule (fractions in [0, 1]).
 
-    ``accuracy`` is the mean of the last ``window`` test accuracies over the target (the
-    paper's rule, :class:`~felix_jax.fleet.config.StopRule`); ``eta_s`` is the wall time to
-    the nearest cap (aggregations or virtual hours) at the recent rate, None until there is
-    a rate. Reaching the target may end the run sooner.
+    ``aggregations`` and ``virtual_time`` are the caps' budgets used; ``accuracy`` is the mean of the
+    last ``window`` test accuracies over the target (the paper's rule,
+    :class:`~felix_jax.fleet.config.StopRule`), shown apart: it is no share of any budget (the
+    untrained model alone scores a third of a typical target, and a curve may sit just below it for
+    hours). ``eta_s`` is the wall time to the nearest cap at the run's rate, None until there is a
+    rate; reaching the target may end the run sooner.
     """
 
     aggregations: float
     accuracy: float | None  # None: no target
     virtual_time: float | None  # None: no virtual-time limit
     eta_s: float | None
-    shown: float = 0.0  # what the bar shows: the largest ``overall`` so far (it never goes backwards)
+    shown: float = 0.0  # what the bar shows: the largest ``budget`` so far (it never goes backwards)
 
     @property
-    def overall(self) -> float:
-        """Progress toward whichever stop comes first."""
-        return max(f for f in (self.aggregations, self.accuracy, self.virtual_time) if f is not None)
+    def budget(self) -> float:
+        """The share of the stop rule's budget used: the nearer cap (aggregations or virtual hours)."""
+        return max(f for f in (self.aggregations, self.virtual_time) if f is not None)
+
+    @property
+    def reached(self) -> bool:
+        """A stop is reached: a cap, or the target."""
+        return self.budget >= 1.0 or (self.accuracy is not None and self.accuracy >= 1.0)
 
 
 class RunProgress:
-    """Progress toward the stop rule: the share shown is the nearest of aggregations / cap, accuracy
-    (last-``window`` mean) / target and virtual hours / limit, and never goes backwards (the largest
-    so far: a falling accuracy does not undo it); the text shows each part and a wall-clock ETA to
-    the nearest cap from the rate over the last ``recent`` checkpoints, once there are at least 3
-    (before that, and once a stop is reached, ``ETA -``). The checkpoint at t = 0 (the initial model,
-    no aggregation yet) moves nothing: the share stays 0% until the first checkpoint after it, though
-    its accuracy enters the window's mean as the stop rule counts it. The target gives no ETA, when accuracy
-    will reach it has no basis: with a target the ETA reads ``<= T`` (the cap's, an upper bound).
+    """Progress of a run: the bar shows the share of its budget used, the nearer of aggregations / cap
+    and virtual hours / limit (it never goes backwards); the text shows each cap, the last-``window``
+    mean accuracy against the target apart from the budget, and a wall-clock ETA to the nearer cap.
+    The ETA's rate is taken from the first checkpoint after the initial model (compilation is behind
+    it) to the latest, over at most the last ``recent`` checkpoints (default: all of them): a run's
+    rate steadies as it goes, so the ETA does not swing with a few fast or slow aggregations. It needs
+    3 checkpoints (before that, and once a stop is reached, ``ETA -``); with a target it reads
+    ``<= T`` (the cap's, an upper bound: the target may end the run sooner).
 
     On a terminal a tqdm bar; elsewhere (a notebook, a log file) plain lines, at most one per
     ``every_s`` seconds of wall time and one at the end. Fed every checkpoint; ``latest`` holds the
@@ -74,16 +98,18 @@ class RunProgress:
     """
 
     def __init__(self, sc: Scenario, enabled: bool, clock: Callable[[], float] = time.perf_counter,
-                 recent: int = 10, every_s: float = 15.0, terminal: bool | None = None):
+                 recent: int | None = None, every_s: float = 15.0, terminal: bool | None = None):
         self.stop = StopRule(target_accuracy=sc.target_accuracy, max_virtual_s=sc.max_virtual_hours * 3600,
                              max_aggregations=sc.max_aggregations, stop_at_target=sc.stop_at_target)
         self.clock = clock
         self.accuracies: list[float] = []
-        self.samples: collections.deque[tuple[float, int, float]] = collections.deque(maxlen=max(recent, 2))
+        # (wall, version, virtual s) of the checkpoints after the initial model's: the rate's basis
+        self.samples: collections.deque[tuple[float, int, float]] = collections.deque(
+            maxlen=None if recent is None else max(recent, 2))
         self.latest: StopProgress | None = None
         self.bar = None
         self.lines = False  # plain periodic lines instead of a bar
-        self.every_s, self._last_line, self._last_cp = every_s, -math.inf, None
+        self.every_s, self._last_line, self._last_cp, self._printed = every_s, -math.inf, None, None
         self._shown = 0.0
         self.label = f"{sc.strategy}/{Path(sc.availability).name}"
         if enabled:
@@ -92,32 +118,34 @@ class RunProgress:
                 from tqdm import tqdm
 
                 self.bar = tqdm(total=1.0, file=sys.stderr, leave=True, desc=self.label,
-                                bar_format="{desc}: {percentage:3.0f}% to the stop rule|{bar}| [{elapsed}{postfix}]")
+                                bar_format="{desc}: {percentage:3.0f}% of the budget|{bar}| [{elapsed}{postfix}]")
             else:
                 self.lines = True
 
     def update(self, cp: Checkpoint) -> StopProgress:
         stop = self.stop
         self.accuracies.append(cp.accuracy)
-        self.samples.append((self.clock(), cp.version, cp.time_s))
+        if cp.version > 0 or cp.time_s > 0:  # the initial model's checkpoint comes before compilation ends
+            self.samples.append((self.clock(), cp.version, cp.time_s))
         recent = self.accuracies[-stop.window:]
         accuracy = (None if stop.target_accuracy is None or not stop.stop_at_target  # the target ends no run
                     else min(sum(recent) / len(recent) / stop.target_accuracy, 1.0))
         timed = math.isfinite(stop.max_virtual_s)
         virtual_time = min(cp.time_s / stop.max_virtual_s, 1.0) if timed else None
         p = StopProgress(min(cp.version / stop.max_aggregations, 1.0), accuracy, virtual_time, self._eta(cp))
-        if cp.version > 0 or cp.time_s > 0:  # the initial model's accuracy is no progress toward the target
-            self._shown = max(self._shown, p.overall)
-        if p.overall >= 1.0:
+        self._shown = max(self._shown, p.budget)
+        if p.reached:
             p = dataclasses.replace(p, eta_s=None)  # a stop is reached: nothing left to estimate
         self.latest = dataclasses.replace(p, shown=self._shown)
         return self.latest
 
     def _eta(self, cp: Checkpoint) -> float | None:
-        """Wall seconds to the nearest cap at the rate since the oldest recent sample."""
+        """Wall seconds to the nearest cap at the rate since the oldest sample kept."""
+        if len(self.samples) < 3:  # no rate to speak of yet
+            return None
         wall0, version0, time0 = self.samples[0]
         wall1 = self.samples[-1][0]
-        if len(self.samples) < 3 or wall1 <= wall0:  # no rate to speak of yet
+        if wall1 <= wall0:
             return None
         etas = []
         for done, before, cap in ((cp.version, version0, self.stop.max_aggregations),
@@ -128,18 +156,19 @@ class RunProgress:
         return min(etas) if etas else None
 
     def describe(self, cp: Checkpoint) -> str:
-        """The postfix: each part of the stop rule and the ETA."""
+        """The postfix: each cap, the accuracy against the target, and the ETA."""
         p, stop = self.latest, self.stop
         recent = self.accuracies[-stop.window:]
         acc = f"last-{stop.window} acc {sum(recent) / len(recent):.3f}"
         if stop.target_accuracy is not None:
-            acc += f" -> {stop.target_accuracy:g}"
+            acc += f" (target {stop.target_accuracy:g}{'' if stop.stop_at_target else ', runs on past it'}"
+            acc += ", reached)" if p.accuracy is not None and p.accuracy >= 1.0 else ")"
         hours = f"{cp.time_s / 3600:.2f}"
         hours += f" of {stop.max_virtual_s / 3600:g} virtual h" if p.virtual_time is not None else " virtual h"
         eta = "-" if p.eta_s is None else format_seconds(p.eta_s)
         if p.eta_s is not None and p.accuracy is not None:  # the target may end the run before the cap
             eta = "<= " + eta
-        return f"{acc} | agg {cp.version}/{stop.max_aggregations} | {hours} | ETA {eta}"
+        return f"agg {cp.version}/{stop.max_aggregations} | {hours} | {acc} | ETA {eta}"
 
     def __call__(self, cp: Checkpoint) -> None:
         self.update(cp)
@@ -151,12 +180,12 @@ class RunProgress:
             self._print_line(cp)
 
     def _print_line(self, cp: Checkpoint) -> None:
-        self._last_line = self.clock()
-        print(f"{self.label}: {100 * self.latest.shown:3.0f}% to the stop rule | {self.describe(cp)}",
+        self._last_line, self._printed = self.clock(), cp
+        print(f"{self.label}: {100 * self.latest.shown:3.0f}% of the budget | {self.describe(cp)}",
               file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
-        elif self.lines and self._last_cp is not None and self._last_line != self.clock():
+        elif self.lines and self._last_cp is not None and self._printed is not self._last_cp:  # the last, once
             self._print_line(self._last_cp)

@@ -103,6 +103,12 @@ STRATEGIES: dict[str, Strategy] = {
                  "FedAvg: sync rounds of random clients, n_i-weighted average, late updates dropped"),
         Strategy("fedbuff", "async", _N, "random", "fedbuff",
                  "FedBuff: async, random clients, buffer K updates weighted 1/sqrt(1+staleness)"),
+        # FedBuff at each availability knowledge: an aggregation rule compared with FedBuff at equal knowledge
+        Strategy("fedbuff-tiertrack", "async", _T, "random", "fedbuff",
+                 "FedBuff with TierTrack availability: random clients among those that told the server they are "
+                 "available to train"),
+        Strategy("fedbuff-oracle", "async", _O, "random", "fedbuff",
+                 "FedBuff with oracle availability: random clients among those the trace has available"),
         # ablations: what FeLiX's gain is made of
         Strategy("felix-no-eval", "async", _T, "oort", "tierfuse", "FeLiX without the eval selector"),
         Strategy("felix-no-tierfuse", "async", _T, "oort", "fedbuff", "FeLiX with FedBuff weights instead of TierFuse",
@@ -136,4 +142,6 @@ def get_strategy(name: str) -> Strategy:
     except KeyError:
         from ..suggest import known_names
 
-        raise KeyError(f"unknown strategy {name!r}{known_names(name, STRATEGIES, 'strategies')}") from None
+        # a plugin's strategy is known once its file is loaded: the likeliest miss after a typo
+        raise KeyError(f"unknown strategy {name!r}{known_names(name, STRATEGIES, 'strategies')}; a plugin's "
+                       "strategy needs its file: --set plugins=FILE.py") from None

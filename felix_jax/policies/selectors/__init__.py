@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from ...options import OptionSpec
 from ...plugin_calls import check_signature, guarded, is_plugin
 from .base import SelectionContext, Selector
@@ -67,6 +69,7 @@ def _checked(selector: Selector) -> Selector:
     server. The ids themselves are checked by the server (``FleetSimulator.select_and_dispatch``)."""
     inner = selector.select
 
+    @functools.wraps(inner)  # the user's own function stays reachable (plugin_calls.defined_at)
     def select(state, ctx, k):
         out = inner(state, ctx, k)
         if not (isinstance(out, tuple) and len(out) == 2):
