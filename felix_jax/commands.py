@@ -76,26 +76,25 @@ def seed_list(text: str, what: str = "--seeds") -> list[int]:
 # argparse ``type=`` checkers: argparse reports a refused value as ``PROG: error: argument --OPTION: message``
 # (naming the option) before the script does anything, and applies them only to values given as text: a
 # default of ``None`` stays ``None`` (the script's own default applies), never a given 0 replaced by it.
+def _positive(text: str, convert: Callable[[str], float], what: str) -> float:
+    """``convert(text)`` when it is a finite number > 0, else argparse's error saying ``what`` it must be."""
+    try:
+        value = convert(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+    return value
+
+
 def positive_int(text: str) -> int:
     """A count: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
-    return value
+    return _positive(text, int, "an integer >= 1")
 
 
 def positive_float(text: str) -> float:
     """A time or a rate: a finite number > 0 (not inf, not NaN)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
-    return value
+    return _positive(text, float, "a finite number > 0")
 
 
 def output_file(text: str) -> str:
