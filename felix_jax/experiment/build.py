@@ -128,7 +128,7 @@ def reference_zero_step(sc: Scenario, small_clients: str) -> np.ndarray | None:
 
 
 # a client's host and device memory besides its data rows and its trace (the server view, the device
-# profile, the simulator's and the engine's bookkeeping: 128 bytes measured, docs/architecture.md
+# profile, the simulator's and the engine's bookkeeping: 148 bytes measured, docs/architecture.md
 # "Memory per client"), with room for the run's own temporaries
 CLIENT_OVERHEAD_BYTES = 192
 

@@ -43,7 +43,7 @@ def refresh_view(knowledge: Knowledge, view: ClientMap, trace: AvailabilityTrace
     tier = trace.state_at(now)
     if not sees_eval_tier:
         tier = np.where(tier == Tier.AVL_EVAL, Tier.UN_AVL, tier)
-    view.set_tier(slice(None), tier)
+    view.set_tier(slice(None), tier, now)
 
 
 def notifications_between(trace: AvailabilityTrace, t0: float, t1: float) -> int:
@@ -113,7 +113,7 @@ class ViewTracker:
         tier = self.trace.state_at(now, clients)
         if not self.sees_eval_tier:
             tier = np.where(tier == Tier.AVL_EVAL, np.int8(Tier.UN_AVL), tier)
-        view.set_tier(clients, tier)
+        view.set_tier(clients, tier, now)
 
     def notifications(self, now: float, start_t: float) -> int:
         """Tier changes since the last call (or since ``start_t``): TierTrack's control messages."""

@@ -54,9 +54,10 @@ import numpy as np
 if TYPE_CHECKING:
     from .simulator import FleetSimulator
 
-FORMAT = 4  # 2: a serial server's queue (fleet/reading.py); 3: the event log streamed to events.csv;
-# 4: the queue's timers beside its heap, the paged delta store and the engine's call totals (formats 2-3 load)
-READS = (2, 3, 4)  # a format-2 snapshot holds its event log's rows in its accounting (written out on resume)
+FORMAT = 5  # 2: a serial server's queue (fleet/reading.py); 3: the event log streamed to events.csv;
+# 4: the queue's timers beside its heap, the paged delta store and the engine's call totals (formats 2-3 load);
+# 5: the view's availability history (formats 2-4 load: their history starts empty at the restore's time)
+READS = (2, 3, 4, 5)  # a format-2 snapshot holds its event log's rows in its accounting (written out on resume)
 LATEST = "LATEST"
 _HOST_JSON, _HOST_NPZ, _DEVICE = "host.json", "host.npz", "device"
 _CHECKSUMS = "CHECKSUMS.json"  # sha256 of every other file of a snapshot, written last
@@ -359,7 +360,7 @@ def _known_types(sim: "FleetSimulator") -> dict[str, type]:
     return types
 
 
-def _apply(sim: "FleetSimulator", s: dict) -> None:
+def _apply(sim: "FleetSimulator", s: dict, fmt: int = FORMAT) -> None:
     def same_tree(name, saved, current):
         a, b = jax.tree_util.tree_structure(saved), jax.tree_util.tree_structure(current)
         if a != b:
@@ -383,6 +384,8 @@ def _apply(sim: "FleetSimulator", s: dict) -> None:
     sim.queue.load_state_dict(s["queue"])
     sim.tasks = s["tasks"]
     sim.view = s["view"]
+    if fmt < 5:  # written before the view kept availability history: it starts now, empty
+        sim.view.start_history(sim.now)
     sim.mode.load_state_dict(s["mode"])
     sim._sel_state, sim._eval_sel_state = s["selector"], s["eval_selector"]
     sim._guard_norms, sim._guard_empty_buffers = s["guard"]["norms"], s["guard"]["empty_buffers"]
@@ -692,5 +695,5 @@ def _load_verified(sim: "FleetSimulator", snap: Path) -> Path:
             arrays = {k: npz[k] for k in npz.files}
     except (OSError, ValueError, zipfile.BadZipFile) as e:
         raise SnapshotError(f"snapshot {snap / _HOST_NPZ} is unreadable: {e}") from None
-    _apply(sim, decode(head["state"], arrays, device, _known_types(sim)))
+    _apply(sim, decode(head["state"], arrays, device, _known_types(sim)), head["format"])
     return snap
