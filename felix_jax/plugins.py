@@ -30,9 +30,22 @@ alike). A policy's options are the fields of its config dataclass, reached and
 validated like the built-in ones. The interfaces are :class:`~felix_jax.policies.
 Selector` (``init() -> state``, ``select(state, ctx, k) -> (client ids, state)``)
 and :class:`~felix_jax.policies.Aggregator` (``weights(BufferInfo) -> (K,)``, plus
-how the server step uses them). A worked model plugin (a flax MLP with dropout and a small
-CNN, ``@plugins.model``) is ``examples/my_models.py``, explained in docs/file-formats.md, and
+how the server step uses them). An aggregator whose rule is not a weighted mean (a
+coordinate-wise median, a trimmed mean, Krum) also sets ``combine``: a jittable
+``combine(deltas, keep, weights) -> update`` over the whole buffer (``deltas`` a
+pytree of (K, ...) leaves, ``keep`` a (K,) bool mask of the rows that count, the
+others zeros to ignore, ``weights`` the (K,) float32 weights), returning the
+server's update with the leaves' shapes without K; felix-jax jits it, and the server
+uses it in place of the weighted mean and applies ``server_lr`` to it. The weights
+still count and log the updates (docs/file-formats.md, "Plugins", has a worked
+median). A worked model plugin (a flax MLP with dropout and a small CNN,
+``@plugins.model``) is ``examples/my_models.py``, explained in docs/file-formats.md, and
 ``felix-jax run --list --set plugins=FILE`` lists what a plugin registers.
+
+A selector reads the server's view ``ctx.view`` (a read-only :class:`~felix_jax.fleet.clientmap.
+ClientMap`): tiers, utilities, durations, and each client's availability history as the server
+learned it (``tier_since_s``, ``last_online_s``, ``departures``; ``current_spell_s(ctx.now)`` and
+``online_fraction(ctx.now)``); docs/file-formats.md has a worked longest-online-streak selector.
 
 Registries are filled when plugins are imported, once per process; a name may be
 registered again only by the same object (a re-import), never to replace a
@@ -78,7 +91,8 @@ def selector(name: str, config: type | None = None, variants: Mapping[str, Calla
 
 def aggregator(name: str, config: type, variants: Mapping[str, Callable[..., Any]] | None = None):
     """Decorator: registers ``make(config) -> Aggregator``; ``config`` is a frozen dataclass
-    (it should have a ``server_lr`` field, the server step's eta)."""
+    (it should have a ``server_lr`` field, the server step's eta). The Aggregator is used as the
+    factory returns it, its own ``combine`` rule included (jitted, errors named as the plugin's)."""
     from .policies.aggregators import AGGREGATOR_OPTIONS, AGGREGATORS
 
     def register(factory: Callable):

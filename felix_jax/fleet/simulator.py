@@ -22,6 +22,7 @@ from ..data.federated import HeldOutSet
 from ..memory import FreeMemoryRelease
 from ..models.base import Model, Params
 from ..policies.aggregators.base import Aggregator, BufferInfo
+from ..plugin_calls import defined_at
 from ..policies.aggregators.deltas import update_norms
 from ..policies.selectors.base import SelectionContext, Selector
 from ..traces import AvailabilityTrace, DeviceProfile, Tier
@@ -361,21 +362,23 @@ class FleetSimulator:
             self._eval_sel_state = state
         raw = np.asarray(clients)
         n = len(eligible)
+        # the selector as a broken contract names it: a plugin's with its file:line (looked up only then)
+        who = lambda: f"selector {selector.name}{defined_at(selector.select)}"  # noqa: E731
         if raw.ndim != 1 or (raw.size and raw.dtype.kind not in "iu"):  # not ids (floats, a boolean mask...)
-            raise PolicyError(f"selector {selector.name} returned {raw.ravel()[:8].tolist()!r} (dtype "
+            raise PolicyError(f"{who()} returned {raw.ravel()[:8].tolist()!r} (dtype "
                                f"{raw.dtype}, shape {raw.shape}): expected a 1-D array of integer client ids "
                                f"in [0, {n})")
         clients = raw.astype(np.int64)
         if len(clients) > k:
-            raise PolicyError(f"selector {selector.name} returned {len(clients)} clients when asked for at most {k}")
+            raise PolicyError(f"{who()} returned {len(clients)} clients when asked for at most {k}")
         if np.any((clients < 0) | (clients >= n)):
             bad = clients[(clients < 0) | (clients >= n)]
-            raise PolicyError(f"selector {selector.name} returned client ids {bad[:8].tolist()} outside [0, {n})")
+            raise PolicyError(f"{who()} returned client ids {bad[:8].tolist()} outside [0, {n})")
         if len(clients) and not eligible[clients].all():
-            raise PolicyError(f"selector {selector.name} picked ineligible clients "
+            raise PolicyError(f"{who()} picked ineligible clients "
                               f"{clients[~eligible[clients]][:8].tolist()}")
         if len(np.unique(clients)) != len(clients):
-            raise PolicyError(f"selector {selector.name} picked a client twice")
+            raise PolicyError(f"{who()} picked a client twice")
         for c in clients:
             self._dispatch(int(c), kind)
         return len(clients)
@@ -537,7 +540,7 @@ class FleetSimulator:
         c = task.client
         self.view.set_busy(c, False)
         if self.cfg.knowledge is Knowledge.NONE:
-            self.view.set_tier(c, Tier.AVL_TRAIN)  # a reply proves the client is there
+            self.view.set_tier(c, Tier.AVL_TRAIN, self.now)  # a reply proves the client is there
         outcome = self.executor.result(tid)
         reading, n = self.reading, self.view.num_samples[c]
         self._log(self.now, "reply", c, task.kind, task.version, self.version - task.version if task.kind == "train"
@@ -597,7 +600,7 @@ class FleetSimulator:
             # the client stays a candidate (it may well be away, which a blind server cannot know).
         else:
             if self.cfg.knowledge is Knowledge.NONE:
-                self.view.set_tier(task.client, Tier.UN_AVL)  # until its reply proves it is back
+                self.view.set_tier(task.client, Tier.UN_AVL, self.now)  # until its reply proves it is back
             if self.cfg.timeout_frees_slot and task.in_flight:
                 self._leaves_flight(task)
                 task.in_flight = False
@@ -624,7 +627,9 @@ class FleetSimulator:
         advances the version without a step, as one whose weights are all zero
         does, until ``max_empty_buffers`` such buffers in a row stop the run as
         diverged. A model that is non-finite after the step is not published; the
-        run stops as diverged, keeping the last finite model.
+        run stops as diverged, keeping the last finite model. An aggregator with its
+        own rule (``combine``: a trimmed mean, a median) replaces the weighted mean
+        only; its weights still count and log the updates (:meth:`_combined_update`).
         """
         outcomes = [u.outcome for u in updates]
         deltas = self.executor.take_deltas(outcomes)
@@ -655,11 +660,15 @@ class FleetSimulator:
         weights = np.zeros(len(updates), np.float64)
         if keep.any():
             weights[keep] = self._accepted_weights(info, deltas, keep)
-        if not self.aggregator.normalize and 0 < keep.sum() < len(updates):
+        if self.aggregator.combine is None and not self.aggregator.normalize and 0 < keep.sum() < len(updates):
             # the reduction divides by the K rows it is given; the aggregator's K is the accepted K'
             weights *= len(updates) / keep.sum()
         if weights.sum() > 0:
-            mean = weighted_mean_delta(deltas, jnp.asarray(weights, jnp.float32), normalize=self.aggregator.normalize)
+            if self.aggregator.combine is None:
+                mean = weighted_mean_delta(deltas, jnp.asarray(weights, jnp.float32),
+                                           normalize=self.aggregator.normalize)
+            else:
+                mean = self._combined_update(deltas, keep & (weights > 0), weights)
             params, opt_state = server_step(self.server_opt, self.params, self.server_opt_state, mean)
             if not bool(tree_all_finite(params)):
                 self._stop_reason = f"diverged: global model is non-finite after aggregation {self.version + 1}"
@@ -707,6 +716,19 @@ class FleetSimulator:
         self.acct.agg_weights.extend(float(w) for w in weights)
         self.acct.zero_weight_updates += int((weights == 0).sum())
         return weights
+
+    def _combined_update(self, deltas, keep: np.ndarray, weights: np.ndarray):
+        """The server's update from the aggregator's own rule (``Aggregator.combine``) over all K rows:
+        ``keep`` the rows that count (accepted and weighted > 0; the others are zeros to ignore),
+        ``weights`` as the aggregator gave them. Fixed shapes: one compilation whatever the mask.
+        What it returns must have the deltas' tree and leaf shapes without K."""
+        from ..policies.aggregators.base import update_mismatch
+
+        update = self.aggregator.combine(deltas, jnp.asarray(keep), jnp.asarray(weights, jnp.float32))
+        why = update_mismatch(deltas, update)
+        if why is not None:
+            raise PolicyError(f"aggregator {self.aggregator.name}'s combine returned {why}")
+        return update
 
     def _checkpoint(self) -> None:
         """A test checkpoint of the current model: evaluated now, or queued until ``eval_batch``

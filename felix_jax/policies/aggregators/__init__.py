@@ -1,12 +1,16 @@
 """Server aggregators: per-update weights (host) + one jitted weighted reduction (device).
 
 Each module holds a frozen config and a ``make_*(config) -> Aggregator``; the
-string ids live only here, at the ``make`` edge.
+string ids live only here, at the ``make`` edge. The robust rules
+(``trimmed-mean``, ``median``: :mod:`.robust`) replace the weighted reduction
+with their own ``combine``.
 """
 
 from __future__ import annotations
 
 from typing import Callable
+
+import jax
 
 from ...options import OptionSpec
 from ...plugin_calls import check_signature, guarded, is_plugin
@@ -16,6 +20,8 @@ from .fedasync import FedAsyncConfig, StalenessFunction, make_fedasync
 from .fedavg import FedAvgConfig, make_fedavg
 from .fedbuff import FEDSCALE_MAX_STALENESS, FedBuffConfig, fedbuff_weight, make_fedbuff
 from .refl_saa import REFLBufferInfo, REFLSAAConfig, make_refl_saa, relative_change
+from .robust import (MedianConfig, TrimmedMeanConfig, make_median, make_trimmed_mean, median_update,
+                     trimmed_mean_update)
 from .tierfuse import TierFuseConfig, UtilitySignal, make_tierfuse
 
 AGGREGATORS: dict[str, Callable[..., Aggregator]] = {
@@ -24,6 +30,8 @@ AGGREGATORS: dict[str, Callable[..., Aggregator]] = {
     "fedasync": make_fedasync,
     "refl_saa": make_refl_saa,
     "tierfuse": make_tierfuse,
+    "trimmed-mean": make_trimmed_mean,
+    "median": make_median,
 }
 
 # How each aggregator is configured from a scenario (``aggregator.<field>``), with named variants.
@@ -33,6 +41,8 @@ AGGREGATOR_OPTIONS: dict[str, OptionSpec] = {
     "fedasync": OptionSpec(FedAsyncConfig),
     "refl_saa": OptionSpec(REFLSAAConfig),
     "tierfuse": OptionSpec(TierFuseConfig, {"paper": TierFuseConfig, "code": TierFuseConfig.felix_code}),
+    "trimmed-mean": OptionSpec(TrimmedMeanConfig),
+    "median": OptionSpec(MedianConfig),
 }
 
 
@@ -64,13 +74,16 @@ def make_aggregator(name: str, config=None, **options) -> Aggregator:
     made = guarded(what, factory)(config)
     hooks = {field: guarded(f"aggregator {name!r}.{field}", getattr(made, field))
              for field in ("weights", "transform_deltas", "augment_info") if callable(getattr(made, field, None))}
+    if callable(getattr(made, "combine", None)):  # jitted here: a plugin writes plain jnp code
+        hooks["combine"] = guarded(f"aggregator {name!r}.combine", jax.jit(made.combine))
     return made._replace(**hooks)
 
 
 __all__ = [
     "AGGREGATORS", "AGGREGATOR_OPTIONS", "aggregator_config", "Aggregator", "BufferInfo", "DeltaBound", "FEDSCALE_MAX_STALENESS",
-    "FedAsyncConfig", "FedAvgConfig", "FedBuffConfig", "REFLBufferInfo", "REFLSAAConfig", "StalenessFunction",
-    "TierFuseConfig", "UtilitySignal", "apply_weighted_deltas", "clip_or_normalize_deltas", "fedbuff_weight",
-    "make_aggregator", "make_fedasync", "make_fedavg", "make_fedbuff", "make_refl_saa", "make_tierfuse",
-    "relative_change", "update_norms",
+    "FedAsyncConfig", "FedAvgConfig", "FedBuffConfig", "MedianConfig", "REFLBufferInfo", "REFLSAAConfig",
+    "StalenessFunction", "TierFuseConfig", "TrimmedMeanConfig", "UtilitySignal", "apply_weighted_deltas",
+    "clip_or_normalize_deltas", "fedbuff_weight", "make_aggregator", "make_fedasync", "make_fedavg", "make_fedbuff",
+    "make_median", "make_refl_saa", "make_tierfuse", "make_trimmed_mean", "median_update", "relative_change",
+    "trimmed_mean_update", "update_norms",
 ]

@@ -6,6 +6,12 @@ then applies ``w <- w + eta * sum_i(weight_i * delta_i) / K`` (the FeLiX/FedBuff
 server step, the paper's reference settings "Async runs") or, with ``normalize=True``,
 ``w <- w + eta * sum_i(weight_i * delta_i) / sum_i(weight_i)`` (the paper's
 TierFuse formula) in :func:`apply_weighted_deltas`, one jitted call.
+
+A rule that is not a weighted mean (a coordinate-wise median, a trimmed mean,
+Krum) sets ``combine``: a jittable ``combine(deltas, keep, weights) -> update``
+over the whole stacked buffer, which the server then uses in place of the
+weighted reduction (:class:`Aggregator`); the weights still count and log each
+update, and the server optimizer still applies ``eta`` to what it returns.
 """
 
 from __future__ import annotations
@@ -40,6 +46,19 @@ class Aggregator(NamedTuple):
     deltas before weighting (TierFuse's per-update clipping / normalisation);
     ``augment_info(info, deltas) -> info`` adds what the weights need from the
     deltas themselves (REFL SAA's relative change Lambda).
+
+    ``combine(deltas, keep, weights) -> update`` replaces the weighted reduction
+    (``weighted_mean_delta``) for rules that are not a weighted mean
+    (:mod:`.robust`'s trimmed mean and median). It gets all K rows, so its shapes
+    never change with how many updates a buffer accepts: ``deltas`` a pytree of
+    (K, ...) leaves (after ``transform_deltas``), ``keep`` a (K,) bool array of
+    the rows that count (accepted by the update guard and weighted > 0; the
+    others are zeros, not updates, and must be ignored, not averaged in),
+    ``weights`` the (K,) float32 weights (0 outside ``keep``, never rescaled by
+    K/K'). It returns the server's update, a pytree of the leaves' shapes
+    without K, to which the server optimizer applies ``server_lr`` (``normalize``
+    is then unused). It must be jittable: felix-jax jits a plugin's; a built-in
+    one is jitted where it is defined.
     """
 
     name: str
@@ -49,6 +68,20 @@ class Aggregator(NamedTuple):
     accepts_stale: bool = True  # sync mode: keep late updates (REFL SAA) or drop them (FedAvg)
     transform_deltas: Callable | None = None
     augment_info: Callable | None = None
+    combine: Callable | None = None  # (deltas, keep, weights) -> update: replaces the weighted mean
+
+
+def update_mismatch(deltas, update) -> str | None:
+    """Why ``update`` cannot be the server's update for the (K, ...) ``deltas`` (another tree, or a
+    leaf whose shape is not the delta's without K), or None when it can. Shapes only: no device work."""
+    want, got = jax.tree_util.tree_structure(deltas), jax.tree_util.tree_structure(update)
+    if want != got:
+        return f"a tree {got}, not the deltas' {want}"
+    for d, u in zip(jax.tree_util.tree_leaves(deltas), jax.tree_util.tree_leaves(update)):
+        shape = getattr(u, "shape", None)
+        if shape is None or tuple(shape) != tuple(d.shape[1:]):
+            return f"a leaf of shape {shape} where the update needs {tuple(d.shape[1:])} (the delta's without K)"
+    return None
 
 
 @partial(jax.jit, static_argnames=("normalize",))
