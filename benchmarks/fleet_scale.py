@@ -56,8 +56,9 @@ TASKS = ("one-step", "local-epochs")
 
 def fleet_scenario(num_clients: int, concurrency: int, aggregations: int, strategy: str, seed: int,
                    dataset: str, availability: str = "avail50", slot_s: float = 600.0, trace_form: str = "auto",
-                   aggregation_goal: int | None = None, task: str = "one-step"):
+                   aggregation_goal: int | None = None, task: str = "one-step", plugins: str = ""):
     """The benchmark's scenario: the tiny MLP on a shared pool, ``concurrency`` tasks in flight.
+    ``plugins``: files or modules whose strategies ``strategy`` may name (a user's selector at scale).
 
     ``task``: "one-step" (one local step a task, the test set read 4 times a run) or "local-epochs"
     (a local epoch over the client's pool share, batch 4, and the test set read after every
@@ -74,7 +75,7 @@ def fleet_scenario(num_clients: int, concurrency: int, aggregations: int, strate
                     concurrency=concurrency,
                     aggregation_goal=max(1, concurrency // 10) if aggregation_goal is None else aggregation_goal,
                     target_accuracy=None, max_virtual_hours=24.0, max_aggregations=aggregations,
-                    eval_every=1 if epochs else max(1, aggregations // 4), seed=seed)
+                    eval_every=1 if epochs else max(1, aggregations // 4), seed=seed, plugins=plugins)
 
 
 def dispatch_log_of(path) -> list:
@@ -89,7 +90,7 @@ def dispatch_log_of(path) -> list:
 def measure(num_clients: int, concurrency: int, aggregations: int, strategy: str, seed: int,
             dataset: str = "digits", availability: str = "avail50", slot_s: float = 600.0,
             trace_form: str = "auto", aggregation_goal: int | None = None, snapshot: bool = False,
-            task: str = "one-step") -> dict:
+            task: str = "one-step", plugins: str = "") -> dict:
     """One population, in this process. The event log is streamed to an ``events.csv`` in a temporary
     folder, as a run with a results folder streams it (memory bounded by a chunk)."""
     import jax
@@ -101,7 +102,7 @@ def measure(num_clients: int, concurrency: int, aggregations: int, strategy: str
     jax.monitoring.register_event_duration_secs_listener(
         lambda name, secs, **kw: compiles.append(secs) if name == "/jax/core/compile/backend_compile_duration" else None)
     sc = fleet_scenario(num_clients, concurrency, aggregations, strategy, seed, dataset, availability, slot_s,
-                        trace_form, aggregation_goal, task)
+                        trace_form, aggregation_goal, task, plugins)
     t0 = time.perf_counter()
     sim = build_simulator(sc)
     log_dir = tempfile.TemporaryDirectory()
@@ -170,7 +171,8 @@ def measure(num_clients: int, concurrency: int, aggregations: int, strategy: str
     events = max(rec.events_processed, 1)
     return {
         "num_clients": num_clients, "concurrency": concurrency, "aggregation_goal": sc.aggregation_goal,
-        "strategy": strategy, "availability": availability, "slot_s": slot_s, "trace_form": sim.trace.form,
+        "strategy": strategy, "plugins": sc.plugins, "availability": availability, "slot_s": slot_s,
+        "trace_form": sim.trace.form,
         "build_peak_rss_mb": build_rss_mb, **snap, "aggregations": len(rec.aggregation_times) - 1, "events": rec.events_processed,
         "virtual_s": rec.end_time_s, "build_s": build_s, "run_s": rec.host_seconds, "device_s": device_s,
         "compile_s_in_run": float(sum(compiles[compiles_build:])),
@@ -371,6 +373,8 @@ def main(argv=None) -> int:
                     help="one-step: one local step a task; local-epochs: an epoch a task and the test set after every "
                          "aggregation")
     ap.add_argument("--strategy", nargs="+", default=["felix"], help="one or more strategies")
+    ap.add_argument("--plugins", default="", metavar="FILES",
+                    help="comma-separated plugin files or modules whose strategies --strategy may name")
     ap.add_argument("--availability", nargs="+", default=["avail50"],
                     help="one or more regimes (avail50, mobiperf: the recorded trace reused cyclically, ...)")
     ap.add_argument("--slot-s", type=positive_float, nargs="+", default=[600.0],
@@ -399,8 +403,11 @@ def main(argv=None) -> int:
         n = args.populations[0]
         print(json.dumps(measure(n, args.concurrency, args.aggregations[0], args.strategy[0], args.seed, args.dataset,
                                  args.availability[0], args.slot_s[0], args.trace_form, args.aggregation_goal,
-                                 args.snapshot, args.task[0])))
+                                 args.snapshot, args.task[0], args.plugins)))
         return 0
+    if args.plugins:  # a strategy a plugin names, checked before the first cell
+        for strategy in args.strategy:
+            fleet_scenario(10, 1, 1, strategy, args.seed, "digits", plugins=args.plugins)
     tmp = tempfile.TemporaryDirectory()
     dataset = args.dataset or digits8_npz(os.path.join(tmp.name, "digits8.npz"))
     rows = []
@@ -421,6 +428,7 @@ def main(argv=None) -> int:
                "--aggregations", str(aggs), "--task", task, "--strategy", strategy, "--seed", str(args.seed),
                "--dataset", dataset, "--availability", regime, "--slot-s", str(slot_s),
                "--trace-form", args.trace_form, *(["--snapshot"] if args.snapshot else []),
+               *(["--plugins", args.plugins] if args.plugins else []),
                *(["--aggregation-goal", str(args.aggregation_goal)] if args.aggregation_goal is not None else [])]
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode:
