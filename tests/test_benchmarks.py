@@ -70,6 +70,25 @@ def test_fleet_scale_reports_a_population_and_a_fedscale_load(tmp_path):
     assert exploit["explored_eligible"] == 3000 and exploit["exploit_call_ms"] > 0 and exploit["same_picks"]
 
 
+@needs_data(REFERENCE_FILE)  # partition=pool: the paper's per-client sizes
+def test_fleet_scale_runs_a_plugins_strategy(tmp_path):
+    """--plugins: a user's strategy in the benchmark's fleet (the docs' streak selector), refused before
+    the first cell when the plugin lacks it."""
+    import re
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "file-formats.md").read_text()
+    plugin = tmp_path / "my_streak.py"
+    plugin.write_text(re.search(r"```python\n(# my_streak.py\n.*?)```", text, re.S).group(1))
+    fs = load("fleet_scale")
+    data = fs.digits8_npz(str(tmp_path / "d.npz"))
+    row = fs.measure(300, 30, 2, "streak-tiertrack", 0, data, plugins=str(plugin))
+    assert row["aggregations"] == 2 and row["plugins"] == str(plugin) and row["strategy"] == "streak-tiertrack"
+    from felix_jax.options import OptionError
+
+    with pytest.raises(OptionError, match="unknown strategy 'not-in-it'"):
+        fs.main(["--populations", "300", "--strategy", "not-in-it", "--plugins", str(plugin), "--fedscale-clients"])
+
+
 def test_fleet_scale_keeps_a_bounded_record_of_event_stamps():
     stamps_of = load("fleet_scale").EventStamps
 
