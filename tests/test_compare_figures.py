@@ -70,6 +70,22 @@ def test_the_comparison_eta_is_the_mean_finished_cell_times_the_cells_left():
     assert comparison_eta([10.0], 0) == ""
 
 
+def test_the_comparison_eta_bounds_cells_that_may_run_to_their_cap():
+    """Two cells the target ended at a tenth and a fifth of their budget (10 s and 20 s): a cell that
+    stalls runs to its cap, 30 s / 0.3 = 100 s a whole budget, so 4 such cells take at most 400 s."""
+    line = comparison_eta([10.0, 20.0], 4, shares=[0.1, 0.2])
+    assert "comparison ETA 1:00" in line and "<= 6:40 if each runs to its cap" in line
+    assert "<=" not in comparison_eta([10.0, 20.0], 4, shares=[1.0, 1.0])  # they ran to their caps: no bound
+    from felix_jax.experiment import get_preset
+    from felix_jax.experiment.progress import budget_share
+
+    sc = get_preset("tiny")  # 60 aggregations or 6 virtual hours
+    assert budget_share(sc, {"aggregations": 6, "end_time_s": 3600.0}) == pytest.approx(1 / 6)
+    assert budget_share(sc, {"aggregations": 60, "end_time_s": 60.0}) == 1.0
+    assert budget_share(sc.with_overrides({"max_virtual_hours": "inf"}), {"aggregations": 30,
+                                                                          "end_time_s": 9e9}) == 0.5
+
+
 # ------------------------------------------------------------------ figures and the table
 def _cell(out: Path, st: str, rg: str, seed: int, hours: float | None, end_h: float, weights: list[float],
           target: float = 0.5) -> dict:
@@ -213,6 +229,8 @@ def test_time_to_target_marks_each_seed_and_the_unreached_at_the_runs_end(compar
     assert open_[0].get_markerfacecolor() == "none" and open_[0].get_xdata()[0] == pytest.approx(0.8)
     assert len({float(ln.get_ydata()[0]) for ln in filled}) == 14  # seeds spread across their row
     texts = [t.get_text() for t in ax.texts]
+    assert texts.count("reached\n/ run") == 1  # the right column's header, above it (the y label stays short)
+    texts.remove("reached\n/ run")
     assert [t for t in texts if not t.startswith("to ")] == ["3/3", "3/3", "2/3", "3/3", "3/3"]  # reached / run
     # an interval of few seeds (here to 186 h) does not stretch the axis: it is cut at 1.6 x the furthest
     # point (fedbuff seed 1's run end, 0.8 h) and its end written there
@@ -224,7 +242,7 @@ def test_time_to_target_marks_each_seed_and_the_unreached_at_the_runs_end(compar
     diamonds = [ln for ln in paired.get_lines() if ln.get_marker() == "D"]
     # every strategy's hours here are felix's, seed by seed (0.1, 0.2, 0.3): a geometric mean of exactly 1
     assert len(diamonds) == 4 and all(float(ln.get_xdata()[0]) == pytest.approx(1.0) for ln in diamonds)
-    assert [t.get_text() for t in paired.texts] == ["n=3", "n=2", "n=3", "n=3"]  # fedbuff missed seed 1
+    assert [t.get_text() for t in paired.texts] == ["n=3", "n=2", "n=3", "n=3", "n: both\nreached"]  # fedbuff missed 1
     # no target: no time-to-target figure, and an older one is removed
     for r in rows:
         (Path(r["run_dir"]) / "config.json").write_text(json.dumps({"scenario": {"target_accuracy": None}}))
@@ -341,3 +359,186 @@ def test_time_to_targets_mean_has_a_lane_and_a_glyph_of_its_own(comparison, draw
     texts = [t.get_text() for t in fig.legends[0].get_texts()]
     assert any("did not" in t for t in texts) and not any(t.startswith("geometric mean over") for t in texts)
     assert not [ln for ln in fig.axes[0].get_lines() if ln.get_marker() == "|" and ln.get_markersize() > 8]
+
+
+# ------------------------------------------------------------------ figures a reviewer can read
+def _stall(row: dict, active_h: float, end_h: float, stop_reason: str = "stalled: no pending events") -> dict:
+    """Rewrites a cell as a run that learnt to ``active_h`` and then stalled, flat, to ``end_h``."""
+    run_dir = Path(row["run_dir"])
+    grid = np.linspace(0, active_h, 6)
+    (run_dir / "metrics.csv").write_text("time_s,hours,version,accuracy\n" + "".join(
+        f"{h * 3600},{h},{i},{a}\n" for i, (h, a) in enumerate(zip(grid, np.linspace(0.1, 0.6, 6)))))
+    summary = {"end_time_s": end_h * 3600, "stop_reason": stop_reason}
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    row["_summary"] = summary  # as run_matrix's rows carry it
+    return row
+
+
+def test_a_stalled_strategy_does_not_set_the_accuracy_hours_and_runs_on_to_the_edge(comparison, drawn):
+    """oort-async learns to 0.4 h and stalls, flat, to 3 h; the others end at 0.8 h: the hours end at the
+    others' end (with 4% room), not at 3 h, and oort-async's line runs to the edge with an arrow and a note."""
+    out, rows = comparison
+    for r in rows:
+        if r["strategy"] == "oort-async":
+            _stall(r, 0.4, 3.0)
+            if r["seed"] == 2:
+                r["time_to_target_h"] = None  # it stalled before the target
+    plot_comparison(rows, STRATEGIES, ["avail50", TRACE], out)
+    # time_to_target.png: its missed seed does not stretch the hours to 3 h either: at the edge, its end written
+    ttt = drawn["time_to_target.png"].axes[0]
+    assert ttt.get_xlim()[1] < 1.6 and "stalled, ends 3 h" in [t.get_text() for t in ttt.texts]
+    fig = drawn["accuracy.png"]
+    ax = fig.axes[0]
+    assert ax.get_xlim()[1] == pytest.approx(0.8 * 1.04)  # not 3 h: the runs that did not stall end at 0.8 h
+    color = strategy_styles(STRATEGIES, "felix")["oort-async"]["color"]
+    (arrow,) = [ln for ln in ax.get_lines() if ln.get_marker() == ">"]
+    assert arrow.get_color() == color and float(arrow.get_xdata()[0]) == pytest.approx(ax.get_xlim()[1])
+    curve = next(ln for ln in ax.get_lines() if ln.get_label() == "oort-async")
+    assert np.isfinite(np.asarray(curve.get_ydata(), float)[-1])  # the flat line reaches the edge
+    assert [t.get_text() for t in ax.texts] == ["oort-async: stalled at 0.4 h, runs to 3 h"]
+    assert "stalled: flat past the axis" in [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "hours shown to 0.832 of 3" in fig._suptitle.get_text()
+    # no seed reached the target: the whole range, nothing framed
+    for r in rows:
+        r["time_to_target_h"] = None
+    plot_comparison(rows, STRATEGIES, ["avail50"], out)
+    ax = drawn["accuracy.png"].axes[0]
+    assert ax.get_xlim()[1] >= 3.0 and not [ln for ln in ax.get_lines() if ln.get_marker() == ">"]
+
+
+def test_a_run_stalls_at_its_first_long_gap_without_a_checkpoint(tmp_path):
+    """A run that aggregated every ~18 s to 0.08 h, once more at 2.5 h and ran to 3 h (its clients gone)
+    stalled at 0.08 h even though its stop reason is its horizon; evenly spaced checkpoints never stall."""
+    from felix_jax.experiment.figures.comparison import run_span
+
+    hours = list(np.linspace(0, 0.08, 17)) + [2.5]
+    (tmp_path / "metrics.csv").write_text("time_s,hours,accuracy\n" + "".join(f"{h * 3600},{h},0.5\n" for h in hours))
+    (tmp_path / "summary.json").write_text(json.dumps({"end_time_s": 3 * 3600, "stop_reason": "max_virtual_s"}))
+    row = {"run_dir": str(tmp_path)}
+    assert run_span(row) == {"end": 3.0, "active": pytest.approx(0.08), "stalled": True}
+    (tmp_path / "metrics.csv").write_text("time_s,hours,accuracy\n0,0,0.1\n3600,1,0.2\n7200,2,0.3\n")
+    assert run_span(row) == {"end": 3.0, "active": 3.0, "stalled": False}
+    (tmp_path / "summary.json").write_text(json.dumps({"end_time_s": 3 * 3600, "stop_reason": "stalled: x"}))
+    assert run_span(row) == {"end": 3.0, "active": 2.0, "stalled": True}  # its stop reason says so
+
+
+def test_a_long_staleness_tail_is_cut_at_the_stated_percentile_and_named(comparison, drawn):
+    """fedbuff's updates: staleness 0-5, two of them 300 and 692 rounds late: the axis ends at the 99th
+    percentile of every strategy's values (5), not at 692, and the panel names what lies beyond it."""
+    out, rows = comparison
+    for r in rows:
+        d = json.loads((Path(r["run_dir"]) / "distributions.json").read_text())
+        d["staleness"] = [i % 6 for i in range(100)] + ([300, 692] if r["strategy"] == "fedbuff" and r["seed"] == 0
+                                                       else [])
+        (Path(r["run_dir"]) / "distributions.json").write_text(json.dumps(d))
+    plot_comparison(rows, STRATEGIES, ["avail50"], out)
+    stale, age, _ = drawn["cdfs.png"].axes[:3]
+    assert stale.get_xlim()[1] <= 5 * 1.05  # every strategy's bulk is readable: no 692-round axis
+    (note,) = stale.texts
+    assert note.get_text().splitlines() == ["axis cut at the 99th percentile of all (5 rounds); beyond it:",
+                                            "fedbuff: 0.66% of its values, max 692 rounds"]
+    assert not age.texts and age.get_xlim()[1] < 3.5  # no long tail (0 and 3): the axis is not cut
+
+
+def test_bytes_legend_colors_differ_and_an_empty_panel_says_so(comparison, drawn):
+    out, rows = comparison
+    avail50 = [r for r in rows if r["availability"] == "avail50"]
+    plot_comparison(avail50, STRATEGIES, [TRACE, "avail50"], out)  # the first panel has no finished runs
+    fig = drawn["bytes.png"]
+    legend = fig.legends[0]
+    assert [t.get_text() for t in legend.get_texts()] == ["train", "eval"]
+    train, ev = (tuple(p.get_facecolor()) for p in legend.get_patches())
+    assert train != ev  # not matplotlib's default blue twice
+    assert [t.get_text() for t in fig.axes[0].texts] == ["no finished runs"]
+    for r in avail50:  # nothing moved: each panel says so, and no legend explains bars that are not there
+        r["bytes_train"] = r["bytes_eval"] = r["bytes_total"] = 0
+    plot_comparison(avail50, STRATEGIES, ["avail50"], out)
+    fig = drawn["bytes.png"]
+    assert not fig.legends and [t.get_text() for t in fig.axes[0].texts] == ["no bytes moved"]
+
+
+def _overlaps(a, b) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+@pytest.mark.parametrize("names", [
+    ["felix", "fedbuff"],  # one baseline: the two y axes' names ran into each other
+    ["felix", "fedbuff", "oort-async"],  # the quick start's
+    ["felix", "fedbuff", "oort-async-oracle@oracle_departure=free_slot;timeout_s=30", "fedavg",
+     "oort-async-oracle@oracle_departure=free_slot;timeout_s=90", "felix-no-eval"],  # a sweep's long labels
+])
+def test_time_to_target_labels_do_not_overlap_and_the_ratio_axis_has_ticks_across_its_data(tmp_path, drawn, names):
+    """One regime, ratios x1.06-x1.3 (as in the quick start): no two labels of the figure (strategies, the
+    y axes' names) overlap, and the ratio axis has more ticks than a lone x1."""
+    rows = [_cell(tmp_path, st, "avail50", seed, 0.2 * (1 + 0.1 * seed) * (1 + 0.06 * i), 0.8, [0.5, 1.0, 1.5])
+            for i, st in enumerate(names) for seed in (0, 1, 2)]
+    plot_comparison(rows, names, ["avail50"], tmp_path)
+    fig = drawn["time_to_target.png"]
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    labels = [t for ax in fig.axes for t in ax.get_yticklabels() + [ax.yaxis.label] if t.get_text()]
+    boxes = [t.get_window_extent(renderer) for t in labels]
+    for i in range(len(boxes)):
+        for j in range(i + 1, len(boxes)):
+            assert not _overlaps(boxes[i], boxes[j]), (labels[i].get_text(), labels[j].get_text())
+    paired = fig.axes[1]
+    low, high = paired.get_xlim()
+    ticks = [t for t in paired.get_xticklabels() if t.get_text() and low <= t.get_position()[0] <= high]
+    assert len(ticks) >= 3 and "x1" in [t.get_text() for t in ticks]
+
+
+def test_speedup_outliers_do_not_set_the_axis_and_are_explained(tmp_path, drawn):
+    """fedbuff x1.3 at every level but 0.31, which one seed pair reached at x35: the axis fits x1.3, the
+    x35 is a triangle at its top edge with its ratio, level and seeds written beside it."""
+    curve = [{"availability": "avail50", "strategy": "fedbuff", "target": round(0.1 + 0.01 * i, 2),
+              "n": 2 if i < 21 else 1, "seeds": 2, "ratio_geomean": 1.3 if i < 21 else 35.0,
+              "ratio_ci95_low": 1.1 if i < 21 else None, "ratio_ci95_high": 1.5 if i < 21 else None}
+             for i in range(22)]
+    curve_figures.plot_speedup_vs_target(curve, ["felix", "fedbuff"], ["avail50"], tmp_path, "felix")
+    fig = drawn["speedup_vs_target.png"]
+    ax = fig.axes[0]
+    assert ax.get_ylim()[1] < 5  # x35 does not squash x1.3 against x1
+    (edge,) = [ln for ln in ax.get_lines() if ln.get_marker() == "^"]
+    assert float(edge.get_xdata()[0]) == pytest.approx(0.31) and float(edge.get_ydata()[0]) <= ax.get_ylim()[1]
+    assert [t.get_text() for t in ax.texts] == ["fedbuff: x35 at 0.31 (n=1 of 2 seeds)"]
+    line = next(ln for ln in ax.get_lines() if ln.get_label() == "fedbuff")
+    assert np.isnan(np.asarray(line.get_ydata(), float)[-1])  # the line breaks at the outlier
+    texts = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert texts == ["fedbuff", "every seed of both reached the level",
+                     "an outlier off the axis: its ratio, level and seeds beside it"]
+    ticks = [t for t in ax.get_yticklabels() if t.get_text()]
+    assert len(ticks) >= 3
+
+
+def test_a_runs_accuracy_names_its_target_and_the_partition_its_classes(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from felix_jax.experiment.figures import run as run_figures
+    from felix_jax.experiment.figures import split as split_figures
+
+    figures = {}
+
+    def keep(fig, path, **kw):
+        figures[Path(path).name] = fig
+        return Path(path)
+
+    monkeypatch.setattr(run_figures, "save", keep)
+    monkeypatch.setattr(split_figures, "save", keep)
+    checkpoints = [SimpleNamespace(time_s=t, accuracy=0.1 + t / 9000) for t in range(0, 3600, 600)]
+    run_figures.accuracy_figure(checkpoints, tmp_path / "accuracy.png", "felix", target=0.5)
+    legend = figures["accuracy.png"].axes[0].get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == ["test accuracy", "target 0.5"]
+    rng = np.random.default_rng(0)
+    for k, expected in ((3, ["0", "1", "2"]), (25, ["0, 20", "1, 21", "2, 22", "3, 23", "4, 24"] +
+                                                    [str(c) for c in range(5, 20)])):
+        label_counts = rng.integers(0, 5, size=(6, k))
+        counts = label_counts.sum(axis=1)
+        summary = {"min": int(counts.min()), "median": float(np.median(counts)), "max": int(counts.max()),
+                   "mean_top_class_share": 0.5}
+        split_figures.split_figure(counts, label_counts, summary, tmp_path / "partition.png")
+        fig = figures["partition.png"]
+        (legend,) = fig.legends
+        assert legend.get_title().get_text() == "class" and [t.get_text() for t in legend.get_texts()] == expected
+        fig.canvas.draw()  # the legend inside the figure: saved without cropping, it must not be cut
+        box = legend.get_window_extent(fig.canvas.get_renderer())
+        assert box.x1 <= fig.bbox.x1 and box.x0 >= fig.axes[1].get_window_extent().x1

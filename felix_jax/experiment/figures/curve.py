@@ -8,9 +8,41 @@ from pathlib import Path
 import numpy as np
 
 from ..cells import regime_label
-from .style import FONT_M, FONT_S, GRID_ALPHA, NOTE_COLOR, legend_below, pyplot, save, strategy_styles
+from .style import (FONT_M, FONT_S, GRID_ALPHA, NOTE_COLOR, legend_below, pyplot, ratio_label, ratio_ticks, save,
+                    strategy_styles)
 
 CURVE_FIGURE = "speedup_vs_target.png"
+
+
+OUTLIER_FENCE = 3.0  # a ratio this many interquartile ranges (on the log scale) past the quartiles is an outlier ...
+OUTLIER_LEAST = 2.0  # ... and at least this factor past them (a tight cluster does not make x1.3 an outlier)
+
+
+def ratio_axis(curve: list[dict], paper: dict | None = None) -> tuple[float, float]:
+    """(low, high) of ``speedup_vs_target.png``'s ratio axis: it fits the ratios inside the fences (the
+    quartiles of every level's log ratio -+ :data:`OUTLIER_FENCE` interquartile ranges, at least a
+    factor :data:`OUTLIER_LEAST`), x1 and the paper's marks, with room (x1.6). A ratio past the axis
+    is an outlier, marked at its edge."""
+    ratios = np.log([r["ratio_geomean"] for r in curve if r["ratio_geomean"]] or [1.0])
+    q1, q3 = np.percentile(ratios, [25, 75])
+    reach = max(OUTLIER_FENCE * (q3 - q1), np.log(OUTLIER_LEAST))
+    fence_lo, fence_hi = float(np.exp(q1 - reach)), float(np.exp(q3 + reach))
+    inside = [float(np.exp(v)) for v in ratios if fence_lo <= np.exp(v) <= fence_hi]
+    shown = inside + [1.0] + [v for v in (paper or {}).values() if v]
+    return min(shown) / 1.6, max(shown) * 1.6
+
+
+def _outlier_note(st: str, points: list[dict]) -> str:
+    """``fedbuff: x35 at 0.31 (n=1 of 2 seeds)``: the outliers of one strategy past one edge, a range
+    where several."""
+    g = [p["ratio_geomean"] for p in points]
+    levels = [p["target"] for p in points]
+    n = sorted({(p["n"], p["seeds"]) for p in points})
+    seeds = ", ".join(f"n={a} of {b}" for a, b in n)
+    if len(points) == 1:
+        return f"{st}: x{g[0]:.3g} at {levels[0]:.2f} ({seeds} seeds)"
+    return (f"{st}: {len(points)} levels x{min(g):.3g}-x{max(g):.3g} at {min(levels):.2f}-{max(levels):.2f} "
+            f"({seeds} seeds)")
 
 
 def plot_speedup_vs_target(curve: list[dict], strategies: list[str], regimes: list[str], out: Path,
@@ -20,7 +52,11 @@ def plot_speedup_vs_target(curve: list[dict], strategies: list[str], regimes: li
     axis fitted to the means); a dotted
     horizontal line in the baseline's color where the paper gives its ratio (``paper``: (strategy, regime)
     -> ratio, read at the paper's own target), x1 dashed, the scenario's ``target`` as a vertical line.
-    A level that not every seed of both reached is drawn hollow. None (and no file) without a curve."""
+    A level that not every seed of both reached is drawn hollow. An outlier (:func:`ratio_axis`: a ratio
+    far from the rest, often a level one seed pair reached) does not set the axis: it is drawn as a
+    triangle at the axis' edge, its ratio, level and seeds written beside it, and the line breaks there.
+    The legend explains the markers drawn. None (and no file) without a curve."""
+    from matplotlib.lines import Line2D
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
     path = Path(out) / CURVE_FIGURE
@@ -33,12 +69,13 @@ def plot_speedup_vs_target(curve: list[dict], strategies: list[str], regimes: li
     fig, axes = plt.subplots(1, len(regimes), figsize=(max(4.4 * len(regimes), 5.2), 3.8), squeeze=False,
                              sharey=True)
     handles: dict[str, object] = {}
-    # the axis fits the geometric means (and x1, and the paper's marks), not the bands: a band over 2 seeds
-    # can span decades and would squash the points; it is clipped at the axis
-    shown = [r["ratio_geomean"] for r in curve if r["ratio_geomean"]] + [1.0] + list((paper or {}).values())
-    y_lo, y_hi = min(shown) / 1.6, max(shown) * 1.6
+    marks: set[str] = set()  # what the legend explains: filled, hollow, an outlier at the edge
+    # the axis fits the geometric means (and x1, and the paper's marks) but the outliers, not the bands: a
+    # band over 2 seeds can span decades and would squash the points; it is clipped at the axis
+    y_lo, y_hi = ratio_axis(curve, paper)
     for ax, rg in zip(axes[0], regimes):
         drawn = False
+        levels = np.array([r["target"] for r in curve if r["availability"] == rg])
         for st in strategies:
             sel = [r for r in curve if r["availability"] == rg and r["strategy"] == st and r["ratio_geomean"]]
             if not sel:
@@ -47,9 +84,32 @@ def plot_speedup_vs_target(curve: list[dict], strategies: list[str], regimes: li
             x = np.array([r["target"] for r in sel])
             g = np.array([r["ratio_geomean"] for r in sel])
             full = np.array([r["n"] == r["seeds"] for r in sel])
-            (handles[st],) = ax.plot(x, g, color=color, ls=styles[st]["ls"], lw=1.4, label=st)
-            ax.plot(x[full], g[full], "o", color=color, ms=3)
-            ax.plot(x[~full], g[~full], "o", mfc="none", color=color, ms=3)
+            out_hi, out_lo = g > y_hi, g < y_lo
+            inside = ~(out_hi | out_lo)
+            (handles[st],) = ax.plot(x, np.where(inside, g, np.nan), color=color, ls=styles[st]["ls"], lw=1.4,
+                                     label=st)
+            ax.plot(x[full & inside], g[full & inside], "o", color=color, ms=3)
+            ax.plot(x[~full & inside], g[~full & inside], "o", mfc="none", color=color, ms=3)
+            if (full & inside).any():
+                marks.add("full")
+            if (~full & inside).any():
+                marks.add("part")
+            for side, mask, edge, marker in (("hi", out_hi, y_hi, "^"), ("lo", out_lo, y_lo, "v")):
+                if not mask.any():
+                    continue
+                marks.add("outlier")
+                at = edge / 1.04 if side == "hi" else edge * 1.04
+                ax.plot(x[mask], np.full(mask.sum(), at), marker, color=color, ms=6, mfc="none" if not
+                        full[mask].all() else color, ls="", clip_on=False, zorder=4)
+                first = int(np.flatnonzero(mask)[0])
+                # the note reads into the panel from its point: leftwards from one near the right edge
+                where = (x[first] - levels.min()) / max(float(np.ptp(levels)), 1e-12)
+                note = ax.annotate(_outlier_note(st, [sel[i] for i in np.flatnonzero(mask)]), (x[first], at),
+                                   xytext=(0, -9 if side == "hi" else 9), textcoords="offset points",
+                                   ha="right" if where > 0.6 else "left" if where < 0.4 else "center",
+                                   va="top" if side == "hi" else "bottom", fontsize=FONT_S,
+                                   color=color, bbox=dict(fc="white", ec="none", alpha=0.8, pad=0.5))
+                note.set_in_layout(False)
             band = [(r["target"], r["ratio_ci95_low"], r["ratio_ci95_high"]) for r in sel if r["ratio_ci95_low"]]
             if band:
                 bx, blo, bhi = (np.array(v) for v in zip(*band))
@@ -67,15 +127,24 @@ def plot_speedup_vs_target(curve: list[dict], strategies: list[str], regimes: li
             ax.axvline(target, color="0.5", lw=0.8, ls="-.")
         ax.set_yscale("log")
         ax.set_ylim(y_lo, y_hi)
-        ticks = [m * 10.0 ** e for e in range(-3, 4) for m in (1.0, 1.5, 2.0, 3.0, 5.0, 7.0)]
-        ax.yaxis.set_major_locator(FixedLocator([t for t in ticks if y_lo <= t <= y_hi]))
+        ax.yaxis.set_major_locator(FixedLocator(ratio_ticks(y_lo, y_hi, least=5)))
         ax.yaxis.set_minor_locator(NullLocator())
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"x{v:g}"))
-        ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+        ax.yaxis.set_major_formatter(FuncFormatter(ratio_label))
         ax.set_title(regime_label(rg), fontsize=FONT_M)
         ax.set_xlabel("target accuracy (the paper's rule)", fontsize=FONT_M)
         ax.grid(alpha=GRID_ALPHA, which="both")
     axes[0][0].set_ylabel(f"hours / {reference}'s, paired by seed", fontsize=FONT_M)
     if handles:
-        legend_below(fig, list(handles.values()), list(handles))
+        legend, labels = list(handles.values()), list(handles)
+        explain = (("full", Line2D([], [], ls="", marker="o", color="0.3", ms=3),
+                    "every seed of both reached the level"),
+                   ("part", Line2D([], [], ls="", marker="o", mfc="none", color="0.3", ms=3),
+                    "not every seed did (n < seeds)"),
+                   ("outlier", Line2D([], [], ls="", marker="^", mfc="none", color="0.3", ms=6),
+                    "an outlier off the axis: its ratio, level and seeds beside it"))
+        for key, handle, label in explain:
+            if key in marks:
+                legend.append(handle)
+                labels.append(label)
+        legend_below(fig, legend, labels)
     return save(fig, path)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .style import ACCURACY_DPI, FONT_L, FONT_XL, GRID_ALPHA, TRAIN_COLOR, pyplot, save
+from .style import ACCURACY_DPI, FONT_L, FONT_S, FONT_XL, GRID_ALPHA, TRAIN_COLOR, pyplot, save
 
 
 def accuracy_figure(checkpoints: list, path: Path, title: str = "", target: float | None = None) -> Path:
@@ -26,12 +26,14 @@ def accuracy_figure(checkpoints: list, path: Path, title: str = "", target: floa
 
 
 def accuracy_panel(ax, checkpoints: list, target: float | None = None) -> None:
-    """A run's test accuracy against virtual hours on ``ax``, the target dashed."""
-    ax.plot([c.time_s / 3600 for c in checkpoints], [c.accuracy for c in checkpoints], lw=1.2)
+    """A run's test accuracy against virtual hours on ``ax``, the target dashed, a legend naming both."""
+    ax.plot([c.time_s / 3600 for c in checkpoints], [c.accuracy for c in checkpoints], lw=1.2,
+            label="test accuracy")
     if target:
-        ax.axhline(target, color="grey", ls="--", lw=0.8)
+        ax.axhline(target, color="grey", ls="--", lw=0.8, label=f"target {target:g}")
+        ax.legend(loc="lower right", fontsize=FONT_S, framealpha=0.85)
     ax.set_xlabel("virtual hours")
-    ax.set_ylabel("test accuracy")
+    ax.set_ylabel("test accuracy (fraction correct)")
     ax.grid(alpha=GRID_ALPHA)
 
 

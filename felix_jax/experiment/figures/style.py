@@ -76,11 +76,11 @@ def labels_width(labels: list[str], fontsize: float = FONT_S) -> float:
     return max((len(lab) for lab in labels), default=0) * fontsize * 0.55 / 72
 
 
-def no_values_note(ax, labels: list[str], empty: bool) -> None:
+def no_values_note(ax, labels: list[str], empty: bool, y: float = 0.04) -> None:
     """"no values" and the strategies without any, one a line (a sweep's labels are long), in the middle
-    of an empty panel or at the bottom right of one with curves; outside the layout, so that long labels
-    never make ``tight_layout`` give up."""
-    where = dict(x=0.5, y=0.5, ha="center", va="center") if empty else dict(x=0.98, y=0.04, ha="right", va="bottom")
+    of an empty panel or at the bottom right of one with curves (``y``: its bottom, in axes fractions,
+    above another note there); outside the layout, so that long labels never make ``tight_layout`` give up."""
+    where = dict(x=0.5, y=0.5, ha="center", va="center") if empty else dict(x=0.98, y=y, ha="right", va="bottom")
     text = ax.text(where.pop("x"), where.pop("y"), "\n".join(["no values:", *labels]), transform=ax.transAxes,
                    fontsize=FONT_XS if max(map(len, labels)) > 40 else FONT_S, color=NOTE_COLOR, **where)
     text.set_in_layout(False)
@@ -134,3 +134,48 @@ def variant_markers(styles: dict[str, dict], strategies: list[str], reference: s
                      markevery=(MARK_EVERY * k / counts[base], MARK_EVERY))
         style["zorder"] = (3 if base == ref_base else 2) + 0.1 * k
     return styles
+
+
+RATIO_TICK_STEPS = ((1.0, 2.0, 5.0), (1.0, 1.5, 2.0, 3.0, 5.0, 7.0),
+                    (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0))
+
+
+def ratio_ticks(low: float, high: float, least: int = 3) -> list[float]:
+    """Ticks for a log axis of ratios from ``low`` to ``high`` (x0.5, x1, x2 ...): the coarsest of
+    :data:`RATIO_TICK_STEPS` (per decade) that puts at least ``least`` ticks in the range; a range too
+    narrow for the finest gets ``least`` ticks spread evenly on the log scale, to 3 significant digits.
+    Label them with :func:`ratio_label`."""
+    if not (low > 0 and high > low):
+        return [1.0]
+    for steps in RATIO_TICK_STEPS:
+        decades = range(math.floor(math.log10(low)) - 1, math.ceil(math.log10(high)) + 1)
+        ticks = [round(m * 10.0 ** e, 12) for e in decades for m in steps]
+        ticks = [t for t in ticks if low <= t <= high]
+        if len(ticks) >= least:
+            return ticks
+    inner = [float(f"{t:.3g}") for t in (low * (high / low) ** ((i + 0.5) / least) for i in range(least))]
+    return sorted(set(inner))
+
+
+def ratio_label(value: float, _pos=None) -> str:
+    """A ratio tick's label: ``x0.5``, ``x1``, ``x1.25``."""
+    return f"x{value:.3g}"
+
+
+def wrap_label(label: str, width: int = 28) -> str:
+    """A tick label of at most about ``width`` characters a line: broken after ``@``, ``;`` or ``,``
+    (a sweep's ``NAME@KEY=VALUE;KEY=VALUE``), else after a space or ``-``; a word longer than
+    ``width`` keeps its line."""
+    if len(label) <= width:
+        return label
+    import re
+
+    pieces = [p for p in re.split(r"(?<=[@;,\s-])", label) if p]
+    lines, line = [], ""
+    for piece in pieces:
+        if line and len(line) + len(piece.rstrip()) > width:
+            lines.append(line.rstrip())
+            line = ""
+        line += piece
+    lines.append(line.rstrip())
+    return "\n".join(lines)
