@@ -374,6 +374,16 @@ def _stall(row: dict, active_h: float, end_h: float, stop_reason: str = "stalled
     return row
 
 
+def test_each_regime_is_drawn_on_its_own_hours(tmp_path, drawn):
+    """A regime whose runs end in 0.2 h is not drawn on another's 2 h (the panels once shared the axis:
+    the quick one was a sliver at the left)."""
+    rows = [_cell(tmp_path, st, rg, seed, end / 2, end, [1.0]) for rg, end in (("avail50", 2.0), (TRACE, 0.2))
+            for st in ("felix", "fedbuff") for seed in (0, 1)]
+    plot_comparison(rows, ["felix", "fedbuff"], ["avail50", TRACE], tmp_path)
+    slow, quick = drawn["accuracy.png"].axes[:2]
+    assert slow.get_xlim()[1] == pytest.approx(2.0 * 1.02) and quick.get_xlim()[1] == pytest.approx(0.2 * 1.02)
+
+
 def test_a_stalled_strategy_does_not_set_the_accuracy_hours_and_runs_on_to_the_edge(comparison, drawn):
     """oort-async learns to 0.4 h and stalls, flat, to 3 h; the others end at 0.8 h: the hours end at the
     others' end (with 4% room), not at 3 h, and oort-async's line runs to the edge with an arrow and a note."""
@@ -397,7 +407,7 @@ def test_a_stalled_strategy_does_not_set_the_accuracy_hours_and_runs_on_to_the_e
     assert np.isfinite(np.asarray(curve.get_ydata(), float)[-1])  # the flat line reaches the edge
     assert [t.get_text() for t in ax.texts] == ["oort-async: stalled at 0.4 h, runs to 3 h"]
     assert "stalled: flat past the axis" in [t.get_text() for t in fig.legends[0].get_texts()]
-    assert "hours shown to 0.832 of 3" in fig._suptitle.get_text()
+    assert ax.get_title() == "avail50 (hours to 0.832 of 3)" and "framed on its runs" in fig._suptitle.get_text()
     # no seed reached the target: the whole range, nothing framed
     for r in rows:
         r["time_to_target_h"] = None
@@ -542,3 +552,15 @@ def test_a_runs_accuracy_names_its_target_and_the_partition_its_classes(tmp_path
         fig.canvas.draw()  # the legend inside the figure: saved without cropping, it must not be cut
         box = legend.get_window_extent(fig.canvas.get_renderer())
         assert box.x1 <= fig.bbox.x1 and box.x0 >= fig.axes[1].get_window_extent().x1
+
+
+def test_ratio_ticks_over_many_decades_stay_few_and_readable():
+    """A two-seed interval from x0.003 to x900 once got a tick at every 1-2-5 step: labels ran into
+    each other. Powers of ten then, at most seven, x1 among them."""
+    from felix_jax.experiment.figures.style import ratio_label, ratio_ticks
+
+    ticks = ratio_ticks(0.00267, 1134.0)
+    assert [ratio_label(t) for t in ticks] == ["x0.01", "x0.1", "x1", "x10", "x100", "x1000"]
+    wide = ratio_ticks(1e-9, 1e9)
+    assert len(wide) <= 7 and 1.0 in wide
+    assert ratio_ticks(0.1, 12) == [0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0]  # a decade or two: the 1-2-5 steps

@@ -231,15 +231,20 @@ def plot_comparison(rows: list[dict], strategies: list[str], regimes: list[str],
     styles = strategy_styles(strategies, reference)
     order = _drawing_order(strategies, reference)
     seeds = sorted({r["seed"] for r in rows})
-    end_h = max([h for h in map(_end_hours, rows) if h is not None] or [0.0])
-    frame = accuracy_frame(rows, target)  # a stalled run's flat tail does not set the hours axis
-    framed = 0 < frame < end_h * 0.999
-    grid = np.linspace(0.0, max(frame if framed else end_h, 1e-6), 400)
+    # each regime framed on its own runs (a regime where every strategy is done in minutes is not drawn on
+    # another's hours), and a stalled run's flat tail does not set the hours axis
     fig, axes = plt.subplots(1, len(regimes), figsize=(max(4.2 * len(regimes), 5.0), 3.6), squeeze=False,
-                             sharex=True, sharey=True)
+                             sharey=True)
     handles: dict[str, object] = {}
     arrows = False  # a stalled strategy's line runs on past the axis somewhere: the legend explains the arrow
+    any_framed = False
     for ax, rg in zip(axes[0], regimes):
+        in_regime = [r for r in rows if r["availability"] == rg]
+        end_h = max([h for h in map(_end_hours, in_regime) if h is not None] or [0.0])
+        frame = accuracy_frame(in_regime, target)
+        framed = 0 < frame < end_h * 0.999
+        any_framed |= framed
+        grid = np.linspace(0.0, max(frame if framed else end_h, 1e-6), 400)
         past = []  # (strategy, where it stalled, where it ended): its line runs on past the frame
         for st in order:
             curves = accuracy_curves(rows, st, rg, grid)
@@ -266,15 +271,15 @@ def plot_comparison(rows: list[dict], strategies: list[str], regimes: list[str],
             note.set_in_layout(False)
         if target is not None:
             handles["_target"] = ax.axhline(target, color="k", ls="--", lw=0.8, zorder=1)
-        ax.set_title(regime_label(rg))
+        ax.set_title(regime_label(rg) + (f" (hours to {grid[-1]:.3g} of {end_h:.3g})" if framed else ""))
         ax.set_xlabel("virtual hours")
         ax.set_ylabel("test accuracy (fraction correct)")
         ax.grid(alpha=GRID_ALPHA)
-    axes[0][0].set_xlim(0, grid[-1] * (1.0 if framed else 1.02))
+        ax.set_xlim(0, grid[-1] * (1.0 if framed else 1.02))
     title = (f"mean over seeds {','.join(map(str, seeds))}, band: min-max" if len(seeds) > 1
              else f"seed {seeds[0]}" if seeds else "")
-    if framed:
-        title += f"; hours shown to {grid[-1]:.3g} of {end_h:.3g} (a stalled run does not set the axis)"
+    if any_framed:
+        title += "; each regime's hours framed on its runs (a stalled run does not set the axis)"
     fig.suptitle(title, fontsize=FONT_L)
     fig.tight_layout()
     names = [st for st in strategies if st in handles] + (["_target"] if "_target" in handles else [])

@@ -140,9 +140,11 @@ RATIO_TICK_STEPS = ((1.0, 2.0, 5.0), (1.0, 1.5, 2.0, 3.0, 5.0, 7.0),
                     (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0))
 
 
-def ratio_ticks(low: float, high: float, least: int = 3) -> list[float]:
+def ratio_ticks(low: float, high: float, least: int = 3, most: int = 7) -> list[float]:
     """Ticks for a log axis of ratios from ``low`` to ``high`` (x0.5, x1, x2 ...): the coarsest of
-    :data:`RATIO_TICK_STEPS` (per decade) that puts at least ``least`` ticks in the range; a range too
+    :data:`RATIO_TICK_STEPS` (per decade) that puts at least ``least`` ticks in the range; a range of
+    many decades (a two-seed interval from x0.003 to x900) gets powers of ten, every so many decades,
+    at most ``most`` of them with x1 among them, so the labels never run into each other; a range too
     narrow for the finest gets ``least`` ticks spread evenly on the log scale, to 3 significant digits.
     Label them with :func:`ratio_label`."""
     if not (low > 0 and high > low):
@@ -151,6 +153,10 @@ def ratio_ticks(low: float, high: float, least: int = 3) -> list[float]:
         decades = range(math.floor(math.log10(low)) - 1, math.ceil(math.log10(high)) + 1)
         ticks = [round(m * 10.0 ** e, 12) for e in decades for m in steps]
         ticks = [t for t in ticks if low <= t <= high]
+        if len(ticks) > most and steps is RATIO_TICK_STEPS[0]:
+            powers = [e for e in decades if low <= 10.0 ** e <= high]
+            every = math.ceil(len(powers) / most)
+            return [10.0 ** e for e in powers if e % every == 0]
         if len(ticks) >= least:
             return ticks
     inner = [float(f"{t:.3g}") for t in (low * (high / low) ** ((i + 0.5) / least) for i in range(least))]
@@ -158,8 +164,8 @@ def ratio_ticks(low: float, high: float, least: int = 3) -> list[float]:
 
 
 def ratio_label(value: float, _pos=None) -> str:
-    """A ratio tick's label: ``x0.5``, ``x1``, ``x1.25``."""
-    return f"x{value:.3g}"
+    """A ratio tick's label: ``x0.5``, ``x1``, ``x1.25``, ``x1000``, ``x0.001`` (no exponent below 10^6)."""
+    return f"x{value:.3g}" if 0.01 <= value < 1000 else f"x{value:g}"
 
 
 def wrap_label(label: str, width: int = 28) -> str:
