@@ -11,12 +11,12 @@ with the history's writes switched off.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import time
 
 import numpy as np
 
+from felix_jax.commands import command_parser, positive_int, run_script
 from felix_jax.fleet.clientmap import ClientMap
 from felix_jax.traces import Tier
 
@@ -39,10 +39,10 @@ def refresh_seconds(n: int, history: bool, repeats: int = 4) -> float:
     return float(np.median(took))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--clients", type=int, default=10 ** 6)
-    n = parser.parse_args().clients
+def main(argv=None) -> None:
+    parser = command_parser(__doc__)
+    parser.add_argument("--clients", type=positive_int, default=10 ** 6, help="clients in the view")
+    n = parser.parse_args(argv).clients
     view = ClientMap.create(np.ones(n, np.int64), np.ones(n))
     view.trainable(0, True)
     index = view._index()
@@ -63,4 +63,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script("view_bytes.py", main)

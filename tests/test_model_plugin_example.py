@@ -78,7 +78,8 @@ def test_list_names_a_plugins_strategies_selectors_and_aggregators(tmp_path, cap
     assert main(["run", "--list", "--set", f"plugins={plugin}"]) == 0
     listing = capsys.readouterr().out
     tail = listing[listing.index("from plugins ("):]
-    assert re.search(r"^  strategies: +(.*, )?listed-strategy(, .*)?$", tail, flags=re.M)
+    # a strategy with its mode and availability knowledge, as the built-in ones are listed
+    assert re.search(r"^  strategies: +(.*, )?listed-strategy \(async, none\)(, .*)?$", tail, flags=re.M)
     assert re.search(r"^  selectors: +(.*, )?listed-first(, .*)?$", tail, flags=re.M)
     assert re.search(r"^  aggregators: +(.*, )?listed-mean(, .*)?$", tail, flags=re.M)
     assert "  selector listed-first: no options" in listing  # its options, beside the built-in ones'
