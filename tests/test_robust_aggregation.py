@@ -246,13 +246,16 @@ def docs_median_plugin() -> str:
 def test_a_plugin_file_median_runs_under_compare_by_relative_paths(tmp_path):
     (tmp_path / "my_median.py").write_text(docs_median_plugin())
     proc = subprocess.run([sys.executable, "-m", "felix_jax.cli", "compare", "--scenario", "tiny", "--set",
-                           "plugins=my_median.py", "--strategies", "my-median-strategy,felix", "--availability",
+                           "plugins=my_median.py", "--strategies", "my-median-strategy,my-trimmed-strategy,felix",
+                           "--availability",
                            "avail100", "--set", "max_aggregations=3", "--set", "target_accuracy=none", "--quiet",
                            "--out", "c"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = tmp_path / "c" / "runs"
-    for cell in ("my-median-strategy-avail100-seed0", "felix-avail100-seed0"):
+    for cell in ("my-median-strategy-avail100-seed0", "my-trimmed-strategy-avail100-seed0", "felix-avail100-seed0"):
         summary = json.loads((runs / cell / "summary.json").read_text())
         assert summary["aggregations"] == 3, cell
     config = json.loads((runs / "my-median-strategy-avail100-seed0" / "config.json").read_text())
     assert config["policies"]["aggregator"] == {"server_lr": 0.3}
+    trimmed = json.loads((runs / "my-trimmed-strategy-avail100-seed0" / "config.json").read_text())
+    assert trimmed["policies"]["aggregator"]["trim"] == 0.2 and trimmed["strategy"]["aggregator"] == "trimmed-mean"
