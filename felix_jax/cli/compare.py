@@ -156,8 +156,8 @@ def _compare_locked(args, base, strategies, regimes, seeds, out: Path) -> int:
     except MatrixInterrupted as e:  # the running cells stopped whole, with snapshots: the same command continues
         print(f"felix-jax compare: {_interrupted(e, out)}", file=sys.stderr)
         raise SystemExit(128 + e.signum)
-    except KeyboardInterrupt:  # a second interrupt: stopped at once; finished cells are on disk
-        print(f"felix-jax compare: interrupted twice, stopped at once; finished cells are kept in {out}/runs, and "
+    except KeyboardInterrupt:  # a second interrupt (or Ray's batches, which stop at once): finished cells are on disk
+        print(f"felix-jax compare: interrupted, stopped at once; finished cells are kept in {out}/runs, and "
               "the same command continues from them (a cell stopped at once starts again)", file=sys.stderr)
         raise SystemExit(128 + signal.SIGINT)
     from ..experiment.sweep_axes import comparison_view, write_comparison_json
