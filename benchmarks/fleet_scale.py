@@ -19,6 +19,8 @@ the same population and seed made the same selections (a check that a speed-up c
         --exploit-sizes 10000 100000 1000000 --resume --out day.json   # BENCHMARKS.md, "A fleet day"
     python benchmarks/fleet_scale.py --populations --fedscale-clients --index-sizes 1000 100000 10000000 \
         --out index.json   # one write to the view's sorted indexes, chunks against one buffer
+    python benchmarks/fleet_scale.py --populations 100000 --preset tiny --concurrency 1000 \
+        --aggregation-goal 100 --aggregations 30 --out tiny.json   # a shipped preset's own fleet, scaled
 
 It also times loading a FedScale-format availability trace (a synthetic ``client_behave_trace``
 pickle of ``--fedscale-clients`` devices, 10^5 by default) in a process of its own, with its peak RSS.
@@ -52,6 +54,7 @@ def digits8_npz(path: str) -> str:
 
 
 TASKS = ("one-step", "local-epochs")
+PRESET_TASK = "preset:"  # a task that is a shipped preset's own work: "preset:tiny"
 
 
 def fleet_scenario(num_clients: int, concurrency: int, aggregations: int, strategy: str, seed: int,
@@ -59,14 +62,21 @@ def fleet_scenario(num_clients: int, concurrency: int, aggregations: int, strate
                    aggregation_goal: int | None = None, task: str = "one-step", plugins: str = ""):
     """The benchmark's scenario: the tiny MLP on a shared pool, ``concurrency`` tasks in flight.
     ``plugins``: files or modules whose strategies ``strategy`` may name (a user's selector at scale).
+    ``task`` ``"preset:NAME"``: the named preset as shipped (its model, data set unless ``dataset`` is
+    given, local work, slots' defaults, eval tier, timeouts), overriding only the population, ``c``, K,
+    ``partition=pool``, the run length (no target) and the benchmark's axes (strategy, regime, slot
+    length, trace form, seed): what a user who raises ``concurrency`` on a shipped preset runs.
 
     ``task``: "one-step" (one local step a task, the test set read 4 times a run) or "local-epochs"
     (a local epoch over the client's pool share, batch 4, and the test set read after every
     aggregation: the host work of a realistic task, batch tables, padding and evaluation included)."""
     from felix_jax.experiment.scenario import Scenario
 
+    if task.startswith(PRESET_TASK):
+        return preset_scenario(task[len(PRESET_TASK):], num_clients, concurrency, aggregations, strategy, seed,
+                               dataset, availability, slot_s, trace_form, aggregation_goal, plugins)
     if task not in TASKS:
-        raise ValueError(f"task must be one of {TASKS}, not {task!r}")
+        raise ValueError(f"task must be one of {TASKS} or {PRESET_TASK}NAME, not {task!r}")
     epochs = task == "local-epochs"
     return Scenario(name="fleet-scale", dataset=dataset, model="mlp", partition="pool", num_clients=num_clients,
                     alpha=0.5, batch_size=4, learning_rate=0.1, local_mode="epochs" if epochs else "steps",
@@ -76,6 +86,40 @@ def fleet_scenario(num_clients: int, concurrency: int, aggregations: int, strate
                     aggregation_goal=max(1, concurrency // 10) if aggregation_goal is None else aggregation_goal,
                     target_accuracy=None, max_virtual_hours=24.0, max_aggregations=aggregations,
                     eval_every=1 if epochs else max(1, aggregations // 4), seed=seed, plugins=plugins)
+
+
+def preset_scenario(name: str, num_clients: int, concurrency: int, aggregations: int, strategy: str, seed: int,
+                    dataset: str | None, availability: str, slot_s: float, trace_form: str,
+                    aggregation_goal: int | None, plugins: str):
+    """:func:`fleet_scenario` for ``task="preset:NAME"``: the shipped preset with only the scale, the
+    run length and the benchmark's axes overridden."""
+    from felix_jax.experiment import get_preset
+
+    return get_preset(name).with_overrides({
+        "num_clients": num_clients, "concurrency": concurrency, "partition": "pool",
+        "aggregation_goal": max(1, concurrency // 10) if aggregation_goal is None else aggregation_goal,
+        "max_aggregations": aggregations, "target_accuracy": None, "max_virtual_hours": 24.0,
+        "strategy": strategy, "availability": availability, "slot_s": slot_s, "trace_form": trace_form,
+        "seed": seed, "plugins": plugins, **({"dataset": dataset} if dataset else {})})
+
+
+def task_name(text: str) -> str:
+    """``--task``: one of :data:`TASKS`, or ``preset:NAME`` for a shipped preset."""
+    if text in TASKS:
+        return text
+    if text.startswith(PRESET_TASK):
+        from felix_jax.experiment import PRESETS
+
+        if text[len(PRESET_TASK):] in PRESETS:
+            return text
+        raise argparse.ArgumentTypeError(f"unknown preset {text[len(PRESET_TASK):]!r}; presets: "
+                                         f"{', '.join(PRESETS)}")
+    raise argparse.ArgumentTypeError(f"expected one of {', '.join(TASKS)} or {PRESET_TASK}NAME, got {text!r}")
+
+
+def preset_name(text: str) -> str:
+    """``--preset``: a shipped preset's name."""
+    return task_name(f"{PRESET_TASK}{text}")[len(PRESET_TASK):]
 
 
 def dispatch_log_of(path) -> list:
@@ -171,7 +215,8 @@ def measure(num_clients: int, concurrency: int, aggregations: int, strategy: str
     events = max(rec.events_processed, 1)
     return {
         "num_clients": num_clients, "concurrency": concurrency, "aggregation_goal": sc.aggregation_goal,
-        "strategy": strategy, "plugins": sc.plugins, "availability": availability, "slot_s": slot_s,
+        "strategy": strategy, "plugins": sc.plugins, "model": sc.model, "dataset": os.path.basename(sc.dataset),
+        "availability": availability, "slot_s": slot_s,
         "trace_form": sim.trace.form,
         "build_peak_rss_mb": build_rss_mb, **snap, "aggregations": len(rec.aggregation_times) - 1, "events": rec.events_processed,
         "virtual_s": rec.end_time_s, "build_s": build_s, "run_s": rec.host_seconds, "device_s": device_s,
@@ -369,9 +414,13 @@ def main(argv=None) -> int:
     ap.add_argument("--concurrency", type=positive_int, default=None, help="tasks in flight (default min(N/10, 10^4))")
     ap.add_argument("--aggregations", type=positive_int, nargs="+", default=[40],
                     help="aggregations per run (max_aggregations); several: a cell per run length (memory over a run)")
-    ap.add_argument("--task", nargs="+", default=["one-step"], choices=TASKS,
+    ap.add_argument("--preset", nargs="+", default=[], metavar="NAME", type=preset_name,
+                    help="also (or, without --task, only) a fleet built from each named preset as shipped: "
+                         "its model, data set (or --dataset), local work and eval tier, with only the "
+                         "population, concurrency, K, partition=pool and run length set here (task preset:NAME)")
+    ap.add_argument("--task", nargs="+", default=None, type=task_name,
                     help="one-step: one local step a task; local-epochs: an epoch a task and the test set after every "
-                         "aggregation")
+                         "aggregation; preset:NAME (as --preset) (default: one-step, unless --preset is given)")
     ap.add_argument("--strategy", nargs="+", default=["felix"], help="one or more strategies")
     ap.add_argument("--plugins", default="", metavar="FILES",
                     help="comma-separated plugin files or modules whose strategies --strategy may name")
@@ -396,6 +445,7 @@ def main(argv=None) -> int:
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # child process: one population
     ap.add_argument("--load-fedscale", default=None, help=argparse.SUPPRESS)  # child process: one trace load
     args = ap.parse_args(argv)
+    args.task = (args.task or ([] if args.preset else ["one-step"])) + [f"{PRESET_TASK}{p}" for p in args.preset]
     if args.load_fedscale:
         print(json.dumps(measure_fedscale_load(args.load_fedscale)))
         return 0
@@ -409,7 +459,7 @@ def main(argv=None) -> int:
         for strategy in args.strategy:
             fleet_scenario(10, 1, 1, strategy, args.seed, "digits", plugins=args.plugins)
     tmp = tempfile.TemporaryDirectory()
-    dataset = args.dataset or digits8_npz(os.path.join(tmp.name, "digits8.npz"))
+    own = args.dataset or digits8_npz(os.path.join(tmp.name, "digits8.npz"))
     rows = []
     if args.out and os.path.exists(args.out) and args.resume:  # a long matrix continues: finished cells are kept
         rows = earlier_rows(args.out)
@@ -426,7 +476,9 @@ def main(argv=None) -> int:
             continue
         cmd = [sys.executable, os.path.abspath(__file__), "--one", "--populations", str(n), "--concurrency", str(c),
                "--aggregations", str(aggs), "--task", task, "--strategy", strategy, "--seed", str(args.seed),
-               "--dataset", dataset, "--availability", regime, "--slot-s", str(slot_s),
+               # a preset's own data set unless --dataset names one; the benchmark's digits otherwise
+               *(["--dataset", own] if args.dataset or not task.startswith(PRESET_TASK) else []),
+               "--availability", regime, "--slot-s", str(slot_s),
                "--trace-form", args.trace_form, *(["--snapshot"] if args.snapshot else []),
                *(["--plugins", args.plugins] if args.plugins else []),
                *(["--aggregation-goal", str(args.aggregation_goal)] if args.aggregation_goal is not None else [])]

@@ -89,6 +89,31 @@ def test_fleet_scale_runs_a_plugins_strategy(tmp_path):
         fs.main(["--populations", "300", "--strategy", "not-in-it", "--plugins", str(plugin), "--fedscale-clients"])
 
 
+@needs_data(REFERENCE_FILE)  # partition=pool: the paper's per-client sizes
+def test_fleet_scale_builds_a_shipped_presets_fleet_with_only_the_scale_overridden(tmp_path):
+    """--preset NAME: the preset as shipped (its model, data set, local work, eval tier), with only the
+    population, c, K, partition, run length and the benchmark's axes set."""
+    from felix_jax.experiment import get_preset
+
+    fs = load("fleet_scale")
+    sc = fs.fleet_scenario(2000, 100, 7, "felix", 0, None, "avail50", 30.0, "auto", None, "preset:tiny")
+    tiny = get_preset("tiny")
+    for field in ("model", "dataset", "batch_size", "learning_rate", "local_mode", "local_epochs", "local_steps",
+                  "eval_selector", "timeout_s", "eval_every"):
+        assert getattr(sc, field) == getattr(tiny, field), field
+    assert (sc.num_clients, sc.concurrency, sc.aggregation_goal, sc.partition, sc.max_aggregations) == \
+        (2000, 100, 10, "pool", 7)
+    assert sc.target_accuracy is None and sc.slot_s == 30.0
+    out = tmp_path / "p.json"
+    assert fs.main(["--populations", "500", "--preset", "tiny", "--aggregations", "2", "--concurrency", "50",
+                    "--fedscale-clients", "--out", str(out)]) == 0
+    import json
+
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["task"] == "preset:tiny" and row["model"] == "mlp" and row["dataset"] == "digits"
+    assert row["aggregations"] == 2 and row["num_clients"] == 500
+
+
 def test_fleet_scale_keeps_a_bounded_record_of_event_stamps():
     stamps_of = load("fleet_scale").EventStamps
 
