@@ -72,17 +72,26 @@ def test_fleet_scale_reports_a_population_and_a_fedscale_load(tmp_path):
 
 @needs_data(REFERENCE_FILE)  # partition=pool: the paper's per-client sizes
 def test_fleet_scale_runs_a_plugins_strategy(tmp_path):
-    """--plugins: a user's strategy in the benchmark's fleet (the docs' streak selector), refused before
-    the first cell when the plugin lacks it."""
-    import re
-
-    text = (Path(__file__).resolve().parents[1] / "docs" / "file-formats.md").read_text()
-    plugin = tmp_path / "my_streak.py"
-    plugin.write_text(re.search(r"```python\n(# my_streak.py\n.*?)```", text, re.S).group(1))
+    """--plugins: a user's strategy in the benchmark's fleet, refused before the first cell when the plugin
+    lacks it. (Names of this test's own: a plugin registers its names for the whole process.)"""
+    plugin = tmp_path / "scale_streak.py"
+    plugin.write_text(
+        "import numpy as np\n"
+        "from felix_jax import plugins\n"
+        "from felix_jax.policies import Selector\n\n"
+        "@plugins.selector('test-scale-streak')\n"
+        "def make():\n"
+        "    def select(state, ctx, k):\n"
+        "        ids = np.flatnonzero(ctx.eligible)\n"
+        "        order = np.argsort(-ctx.view.current_spell_s(ctx.now, ids), kind='stable')\n"
+        "        return ids[order[: min(int(k), ids.size)]], state\n"
+        "    return Selector('test-scale-streak', lambda: None, select)\n\n"
+        "plugins.strategy('test-scale-streak-strategy', mode='async', knowledge='tiertrack',\n"
+        "                 selector='test-scale-streak', aggregator='fedbuff')\n")
     fs = load("fleet_scale")
     data = fs.digits8_npz(str(tmp_path / "d.npz"))
-    row = fs.measure(300, 30, 2, "streak-tiertrack", 0, data, plugins=str(plugin))
-    assert row["aggregations"] == 2 and row["plugins"] == str(plugin) and row["strategy"] == "streak-tiertrack"
+    row = fs.measure(300, 30, 2, "test-scale-streak-strategy", 0, data, plugins=str(plugin))
+    assert row["aggregations"] == 2 and row["plugins"] == str(plugin)
     from felix_jax.options import OptionError
 
     with pytest.raises(OptionError, match="unknown strategy 'not-in-it'"):
@@ -104,14 +113,12 @@ def test_fleet_scale_builds_a_shipped_presets_fleet_with_only_the_scale_overridd
     assert (sc.num_clients, sc.concurrency, sc.aggregation_goal, sc.partition, sc.max_aggregations) == \
         (2000, 100, 10, "pool", 7)
     assert sc.target_accuracy is None and sc.slot_s == 30.0
-    out = tmp_path / "p.json"
-    assert fs.main(["--populations", "500", "--preset", "tiny", "--aggregations", "2", "--concurrency", "50",
-                    "--fedscale-clients", "--out", str(out)]) == 0
-    import json
-
-    (row,) = json.loads(out.read_text())["rows"]
+    row = fs.measure(500, 50, 2, "felix", 0, None, task="preset:tiny")  # a cell, in this process
     assert row["task"] == "preset:tiny" and row["model"] == "mlp" and row["dataset"] == "digits"
     assert row["aggregations"] == 2 and row["num_clients"] == 500
+    assert fs.task_name("preset:tiny") == "preset:tiny" and fs.preset_name("tiny") == "tiny"  # --preset's parser
+    with pytest.raises(Exception, match="unknown preset 'nope'"):
+        fs.preset_name("nope")
 
 
 def test_fleet_scale_keeps_a_bounded_record_of_event_stamps():
