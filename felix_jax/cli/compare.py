@@ -101,21 +101,14 @@ def _compare(args: argparse.Namespace) -> int:
 
 def _resolved_regimes(base, regimes: list[str]) -> list[str]:
     """The regimes as the cells hold them (a trace file by its absolute path: the one key of its rows,
-    tables and figures); one line for a regime that is no scenario's, and for two names of one file."""
+    tables and figures; two names of one file then count as one regime given twice); one line for a
+    regime that is no scenario's."""
     from ..experiment.matrix import resolve_regimes
 
-    resolved = []
-    for rg in regimes:
-        try:
-            resolved += resolve_regimes(base, [rg])
-        except (KeyError, ValueError) as e:
-            raise SystemExit(f"felix-jax compare: availability {rg!r}: {one_line(e)}")
-    for rg, path in zip(regimes, resolved):
-        if resolved.count(path) > 1:
-            other = regimes[resolved.index(path)]
-            raise SystemExit(f"felix-jax compare: --availability lists {path} more than once ({other} and {rg})"
-                             if other != rg else f"felix-jax compare: --availability lists {rg} more than once")
-    return resolved
+    try:
+        return resolve_regimes(base, regimes)
+    except (KeyError, ValueError) as e:
+        raise SystemExit(f"felix-jax compare: {one_line(e)}")
 
 
 def _check_cell_folders(regimes: list[str]) -> None:
