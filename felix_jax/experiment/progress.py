@@ -103,9 +103,14 @@ class RunProgress:
                              max_aggregations=sc.max_aggregations, stop_at_target=sc.stop_at_target)
         self.clock = clock
         self.accuracies: list[float] = []
-        # (wall, version, virtual s) of the checkpoints after the initial model's: the rate's basis
+        # (wall, version, virtual s) of the checkpoints after the initial model's: the rate runs from the
+        # oldest kept to the latest; with every checkpoint counted (recent=None) only the first, the latest
+        # and their number are kept, not one tuple a checkpoint for the whole run
+        self.recent = recent
         self.samples: collections.deque[tuple[float, int, float]] = collections.deque(
-            maxlen=None if recent is None else max(recent, 2))
+            maxlen=1 if recent is None else max(recent, 2))
+        self._first: tuple[float, int, float] | None = None
+        self._seen = 0
         self.latest: StopProgress | None = None
         self.bar = None
         self.lines = False  # plain periodic lines instead of a bar
@@ -126,7 +131,10 @@ class RunProgress:
         stop = self.stop
         self.accuracies.append(cp.accuracy)
         if cp.version > 0 or cp.time_s > 0:  # the initial model's checkpoint comes before compilation ends
-            self.samples.append((self.clock(), cp.version, cp.time_s))
+            sample = (self.clock(), cp.version, cp.time_s)
+            self._first = self._first or sample
+            self.samples.append(sample)
+            self._seen += 1
         recent = self.accuracies[-stop.window:]
         accuracy = (None if stop.target_accuracy is None or not stop.stop_at_target  # the target ends no run
                     else min(sum(recent) / len(recent) / stop.target_accuracy, 1.0))
@@ -141,9 +149,9 @@ class RunProgress:
 
     def _eta(self, cp: Checkpoint) -> float | None:
         """Wall seconds to the nearest cap at the rate since the oldest sample kept."""
-        if len(self.samples) < 3:  # no rate to speak of yet
+        if (self._seen if self.recent is None else len(self.samples)) < 3:  # no rate to speak of yet
             return None
-        wall0, version0, time0 = self.samples[0]
+        wall0, version0, time0 = self._first if self.recent is None else self.samples[0]
         wall1 = self.samples[-1][0]
         if wall1 <= wall0:
             return None
