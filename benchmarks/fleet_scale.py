@@ -38,7 +38,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from felix_jax.commands import command_parser, output_file, positive_float, positive_int, run_script  # noqa: E402
+from felix_jax.commands import (command_parser, output_file, parse_sets, positive_float, positive_int,  # noqa: E402
+                                run_script)
 
 
 def digits8_npz(path: str) -> str:
@@ -59,7 +60,8 @@ PRESET_TASK = "preset:"  # a task that is a shipped preset's own work: "preset:t
 
 def fleet_scenario(num_clients: int, concurrency: int, aggregations: int, strategy: str, seed: int,
                    dataset: str, availability: str = "avail50", slot_s: float = 600.0, trace_form: str = "auto",
-                   aggregation_goal: int | None = None, task: str = "one-step", plugins: str = ""):
+                   aggregation_goal: int | None = None, task: str = "one-step", plugins: str = "",
+                   sets: dict | None = None):
     """The benchmark's scenario: the tiny MLP on a shared pool, ``concurrency`` tasks in flight.
     ``plugins``: files or modules whose strategies ``strategy`` may name (a user's selector at scale).
     ``task`` ``"preset:NAME"``: the named preset as shipped (its model, data set unless ``dataset`` is
@@ -67,11 +69,17 @@ def fleet_scenario(num_clients: int, concurrency: int, aggregations: int, strate
     ``partition=pool``, the run length (no target) and the benchmark's axes (strategy, regime, slot
     length, trace form, seed): what a user who raises ``concurrency`` on a shipped preset runs.
 
+    ``sets``: scenario fields set last (``--set KEY=VALUE``: ``model=cifar_cnn``, ``batch_size=4``,
+    ``memory_budget_gb=12``, ``flush_max_tasks=none``...).
+
     ``task``: "one-step" (one local step a task, the test set read 4 times a run) or "local-epochs"
     (a local epoch over the client's pool share, batch 4, and the test set read after every
     aggregation: the host work of a realistic task, batch tables, padding and evaluation included)."""
     from felix_jax.experiment.scenario import Scenario
 
+    if sets:
+        return fleet_scenario(num_clients, concurrency, aggregations, strategy, seed, dataset, availability, slot_s,
+                              trace_form, aggregation_goal, task, plugins).with_overrides(sets)
     if task.startswith(PRESET_TASK):
         return preset_scenario(task[len(PRESET_TASK):], num_clients, concurrency, aggregations, strategy, seed,
                                dataset, availability, slot_s, trace_form, aggregation_goal, plugins)
@@ -134,7 +142,7 @@ def dispatch_log_of(path) -> list:
 def measure(num_clients: int, concurrency: int, aggregations: int, strategy: str, seed: int,
             dataset: str = "digits", availability: str = "avail50", slot_s: float = 600.0,
             trace_form: str = "auto", aggregation_goal: int | None = None, snapshot: bool = False,
-            task: str = "one-step", plugins: str = "") -> dict:
+            task: str = "one-step", plugins: str = "", sets: dict | None = None) -> dict:
     """One population, in this process. The event log is streamed to an ``events.csv`` in a temporary
     folder, as a run with a results folder streams it (memory bounded by a chunk)."""
     import jax
@@ -146,7 +154,7 @@ def measure(num_clients: int, concurrency: int, aggregations: int, strategy: str
     jax.monitoring.register_event_duration_secs_listener(
         lambda name, secs, **kw: compiles.append(secs) if name == "/jax/core/compile/backend_compile_duration" else None)
     sc = fleet_scenario(num_clients, concurrency, aggregations, strategy, seed, dataset, availability, slot_s,
-                        trace_form, aggregation_goal, task, plugins)
+                        trace_form, aggregation_goal, task, plugins, sets)
     t0 = time.perf_counter()
     sim = build_simulator(sc)
     log_dir = tempfile.TemporaryDirectory()
@@ -233,6 +241,13 @@ def measure(num_clients: int, concurrency: int, aggregations: int, strategy: str
         "final_accuracy": rec.checkpoints[-1].accuracy if rec.checkpoints else None,
         "queue_len_end": len(sim.queue),
         "rss_curve": curve,  # [aggregation, resident MB, delta store rows, updates held] every 10th
+        "sets": dict(sets or {}), "batch_size": sc.batch_size,
+        # the memory budget (cohort/budget.py) and what the executor did under it
+        "memory": None if sim.executor.memory is None else sim.executor.memory.to_dict(),
+        "flushes": sim.executor.flushes, "flush_tasks_mean": sim.executor.flushed_tasks / max(sim.executor.flushes, 1),
+        "largest_train_flush": sim.executor.largest_flush, "evicted_results": sim.executor.evicted,
+        "delta_store_rows": sim.executor.deltas.capacity, "version_store_rows": sim.executor.store.capacity,
+        "tasks_per_call_mean": sim.engine.records.summary().get("train", {}).get("mean_tasks_per_call"),
     }
 
 
@@ -431,6 +446,9 @@ def main(argv=None) -> int:
     ap.add_argument("--trace-form", default="auto", choices=["auto", "table", "function"],
         help="how the trace is held (the scenario's trace_form)")
     ap.add_argument("--aggregation-goal", type=positive_int, default=None, help="K (default c / 10)")
+    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                    help="a scenario field set in every cell, last (repeatable): model=cifar_cnn, batch_size=4, "
+                         "memory_budget_gb=12, flush_max_tasks=none")
     ap.add_argument("--snapshot", action="store_true", help="also write the end state and restore it")
     ap.add_argument("--seed", type=int, default=0, help="the runs' seed")
     ap.add_argument("--resume", action="store_true", help="keep the cells --out already holds and run the rest")
@@ -446,6 +464,7 @@ def main(argv=None) -> int:
     ap.add_argument("--load-fedscale", default=None, help=argparse.SUPPRESS)  # child process: one trace load
     args = ap.parse_args(argv)
     args.task = (args.task or ([] if args.preset else ["one-step"])) + [f"{PRESET_TASK}{p}" for p in args.preset]
+    sets = parse_sets(args.sets)
     if args.load_fedscale:
         print(json.dumps(measure_fedscale_load(args.load_fedscale)))
         return 0
@@ -453,7 +472,7 @@ def main(argv=None) -> int:
         n = args.populations[0]
         print(json.dumps(measure(n, args.concurrency, args.aggregations[0], args.strategy[0], args.seed, args.dataset,
                                  args.availability[0], args.slot_s[0], args.trace_form, args.aggregation_goal,
-                                 args.snapshot, args.task[0], args.plugins)))
+                                 args.snapshot, args.task[0], args.plugins, sets)))
         return 0
     if args.plugins:  # a strategy a plugin names, checked before the first cell
         for strategy in args.strategy:
@@ -468,9 +487,9 @@ def main(argv=None) -> int:
              for slot_s in (args.slot_s if regime.startswith("avail") else [600.0]) for aggs in args.aggregations]
     for task, n, strategy, regime, slot_s, aggs in cells:
         c = max(1, min(n // 10, 10_000)) if args.concurrency is None else args.concurrency
-        key = (task, n, c, strategy, regime, float(slot_s), aggs)
+        key = (task, n, c, strategy, regime, float(slot_s), aggs, sets)
         if any((r.get("task", "one-step"), r["num_clients"], r["concurrency"], r["strategy"], r["availability"],
-                float(r["slot_s"]), r.get("max_aggregations", aggs)) == key for r in rows):
+                float(r["slot_s"]), r.get("max_aggregations", aggs), r.get("sets", {})) == key for r in rows):
             print(f"{task} N={n:>9,} {strategy} {regime} slot {slot_s:g} s c={c:,} {aggs} aggregations: finished "
                   f"earlier, kept", flush=True)
             continue
@@ -481,6 +500,7 @@ def main(argv=None) -> int:
                "--availability", regime, "--slot-s", str(slot_s),
                "--trace-form", args.trace_form, *(["--snapshot"] if args.snapshot else []),
                *(["--plugins", args.plugins] if args.plugins else []),
+               *[f"--set={item}" for item in args.sets],
                *(["--aggregation-goal", str(args.aggregation_goal)] if args.aggregation_goal is not None else [])]
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode:
@@ -497,7 +517,10 @@ def main(argv=None) -> int:
               f"{r.get('warm_host_ms_per_event_excl_compile', float('nan')):.3f}) selection ms={r['selection_ms_mean']:7.3f} "
               f"build s={r['build_s']:6.1f} peak RSS MB={r['peak_rss_mb']:7.0f} (build {r['build_peak_rss_mb']:.0f}) "
               f"compilations={r['compilations']} aggregations={r['aggregations']} events.csv MB={r['events_csv_mb']:.0f} "
-              f"dispatches sha1={r['dispatch_sha1'][:12]}{snap}", flush=True)
+              f"dispatches sha1={r['dispatch_sha1'][:12]}{snap} | largest flush {r['largest_train_flush']:,} "
+              f"evicted {r['evicted_results']:,} tasks/call {r['tasks_per_call_mean'] or 0:.0f} "
+              f"budget {(r['memory'] or {}).get('memory_budget_gb')} GB{' bounded' if (r['memory'] or {}).get('bounded') else ''}",
+              flush=True)
         if args.out:  # after every cell: a long matrix keeps what finished
             with open(args.out, "w") as f:
                 json.dump({"rows": rows, "fedscale_loads": [], "argv": sys.argv[1:]}, f, indent=2)

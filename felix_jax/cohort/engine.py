@@ -213,18 +213,28 @@ class CohortEngine:
     def num_eval_batches(self, clients, times=None) -> np.ndarray:
         return self.eval_cfg.num_batches(self.sample_counts(clients, times))
 
-    def train(self, stacked_params: Params, slots, clients, task_ids, times=None) -> CohortTrainOutput:
+    def train(self, stacked_params: Params, slots, clients, task_ids, times=None, sink=None) -> CohortTrainOutput:
         """Trains tasks (client ``clients[i]`` from store slot ``slots[i]``, key from ``task_ids[i]``;
-        with client streams, on the data it holds at ``times[i]``)."""
+        with client streams, on the data it holds at ``times[i]``).
+
+        ``sink(part, positions, rows)``, if given, takes each device call's deltas as the call ends
+        (``part``: leaves (bucket size, ...); task ``positions[j]`` of this flush is row ``rows[j]``),
+        and the output then holds no deltas (``parts`` empty): a flush holds one call's deltas at a
+        time instead of all of them (the executor writes them into its delta store). Calls that return
+        a whole flush at once (the debug backend, a sweep batch's shared calls) hand their parts to
+        ``sink`` after the last call."""
         slots, clients, task_ids, times = self._check(slots, clients, task_ids, times)
         if not self.debug_checks:
-            return self._train(stacked_params, slots, clients, task_ids, times)
-        checks.check_inputs(self._param_template(), stacked_params, slots)
-        out = self._train(stacked_params, slots, clients, task_ids, times)
-        checks.check_train_output(self._param_template(), out, clients, task_ids)
+            out = self._train(stacked_params, slots, clients, task_ids, times, sink)
+        else:
+            checks.check_inputs(self._param_template(), stacked_params, slots)
+            out = self._train(stacked_params, slots, clients, task_ids, times, None)
+            checks.check_train_output(self._param_template(), out, clients, task_ids)
+        if sink is not None and out.parts:
+            out = _drain(out, sink)
         return out
 
-    def _train(self, stacked_params, slots, clients, task_ids, times) -> CohortTrainOutput:
+    def _train(self, stacked_params, slots, clients, task_ids, times, sink=None) -> CohortTrainOutput:
         if self.shared is not None:
             return self.shared("train", self, stacked_params, slots, clients, task_ids, times)
         steps = self.num_train_steps(clients, times)
@@ -235,9 +245,13 @@ class CohortEngine:
             args, rows = self._task_args(b, slots, clients, task_ids, times, steps)
             out = self._timed("train", b, args[-1], lambda: self._call(
                 self._train_jit, stacked_params, args, self.train_scan_len))
+            if sink is not None:  # the call's deltas leave now; its statistics stay (a few floats a task)
+                sink(out.delta, b.indices, rows)
+                out = out._replace(delta=None)
             parts.append((out, rows))
             order.append(b.indices)
-        return _assemble_train(parts, np.concatenate(order))
+        assembled = _assemble_train(parts, np.concatenate(order))
+        return assembled._replace(parts=()) if sink is not None else assembled
 
     def evaluate(self, stacked_params: Params, slots, clients, task_ids, times=None) -> CohortEvalOutput:
         """Forward-pass eval tasks over each client's data (cheap utility refresh)."""
@@ -374,6 +388,14 @@ def pad_task_args(size: int, slots, clients, task_ids, times, lengths):
 
     return (padded(slots, slots[0]), padded(clients, clients[0]), padded(task_ids, 0), padded(times, times[0]),
             padded(lengths, 0))
+
+
+def _drain(out: CohortTrainOutput, sink) -> CohortTrainOutput:
+    """Hands a whole flush's parts to ``sink`` (as :meth:`CohortEngine.train` documents) and drops them."""
+    for p, part in enumerate(out.parts):
+        mine = np.flatnonzero(out.part_of == p)
+        sink(part, mine, out.rows[mine])
+    return out._replace(parts=())
 
 
 def _assemble_train(parts, order) -> CohortTrainOutput:

@@ -13,6 +13,7 @@ import jax
 import numpy as np
 
 from ..cohort import CohortEngine, LocalEvalConfig, LocalTrainConfig
+from ..cohort.budget import MemoryPlan, plan_memory, resolve_budget, tree_bytes
 from ..data.federated import held_out_to_device, to_device
 from ..data.loaders import load_dataset
 from ..data.partition import (Partition, dirichlet_partition, dirichlet_sized_partition, iid_partition, partition_by_key,
@@ -84,14 +85,28 @@ def build_simulator(sc: Scenario, on_checkpoint=None, on_partition=None) -> Flee
     stop = stop_rule(sc)
     init = initial_params(model, jax.random.key(int(seeds[3].generate_state(1)[0])))
     eval_selector = make_selector(strategy.eval_selector, resolved.eval_selector) if strategy.eval_selector else None
+    test = held_out_to_device(ds)
+    memory = run_memory_plan(sc, engine, init, test, fleet_cfg, strategy.mode)
     return FleetSimulator(
-        model=model, engine=engine, trace=trace, profile=profile, test=held_out_to_device(ds), init_params=init,
+        model=model, engine=engine, trace=trace, profile=profile, test=test, init_params=init, memory=memory,
         config=fleet_cfg, selector=make_selector(strategy.selector, resolved.selector), aggregator=aggregator,
         mode=SyncMode() if strategy.mode == "sync" else AsyncMode(), stop=stop, seed=sc.seed,
         eval_selector=eval_selector, update_guard=sc.resolve_update_guard(),
         eval_budget=resolved.eval_selector.budget(sc.aggregation_goal) if eval_selector else 0,
         on_checkpoint=on_checkpoint,
         live_mix=streams.schedule.population_mix if streams is not None and stream_cfg.live_eval else None)
+
+
+def run_memory_plan(sc: Scenario, engine: CohortEngine, init, test, fleet_cfg, mode: str) -> MemoryPlan:
+    """The run's memory plan under ``memory_budget_gb`` (cohort/budget.py); a budget that cannot hold
+    the run's working set is refused here, before the run, in one line (BudgetError)."""
+    budget, source = resolve_budget(sc.memory_budget_gb)
+    stacked = jax.tree_util.tree_map(lambda p: jax.ShapeDtypeStruct((8,) + tuple(p.shape), p.dtype), init)
+    buffer_rows = fleet_cfg.round_size if mode == "sync" else fleet_cfg.aggregation_goal
+    return plan_memory(engine, stacked, budget_bytes=budget, source=source, concurrency=sc.concurrency,
+                       aggregation_goal=sc.aggregation_goal, buffer_rows=buffer_rows,
+                       fixed_bytes=tree_bytes(engine.data) + tree_bytes(test), model_name=sc.model,
+                       flush_tasks=sc.flush_max_tasks)
 
 
 def _partition(sc: Scenario, ds, part_seed: int) -> Partition:

@@ -227,6 +227,9 @@ def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every
     summary = summarize(record, sc.seed, sim.engine.batch_summary())
     ex = sim.executor
     summary["flush_tasks_mean"] = ex.flushed_tasks / ex.flushes if ex.flushes else 0.0
+    summary["flush_train_tasks_max"] = ex.largest_flush
+    if ex.memory is not None:  # the budget and what it held (cohort/budget.py); evicted: results computed again
+        summary["memory"] = {**ex.memory.to_dict(), "evicted_results": ex.evicted}
     if batch is not None:  # shared calls: the batch's statistics; compilations are the process's, not this run's
         summary["batch"] = batch.summary()
         summary["xla_compilations"] = None

@@ -115,6 +115,14 @@ class Scenario:
     seed: int = 0
     plan: str | None = None  # cohort execution plan; None picks per backend
     devices: int | None = None  # devices the cohort is sharded over; None: all that jax sees, 1: one device
+    # what the engine may hold (GB): data set, model versions, updates computed and not yet aggregated, one
+    # device call (cohort/budget.py); None: a quarter of the machine's memory on a CPU, three quarters of an
+    # accelerator's. Speed only: results are the same at any budget that holds the run's working set
+    memory_budget_gb: float | None = None
+    # training tasks one flush of the lazy executor computes at most, those whose replies come first
+    # (None: as many as the budget allows). Speed only; computing further ahead holds memory and computes
+    # tasks that time out or are abandoned (BENCHMARKS.md, "Memory bounded by a budget")
+    flush_max_tasks: int | None = 1024
 
     def __post_init__(self):
         _check_types(self)  # the Python API's values as strictly as --set's: 2.5 clients, a number for a name
@@ -336,6 +344,11 @@ FIELD_HELP: dict[str, str] = {
     "seed": "seed of the partition, trace, profile, model init and every draw",
     "plan": "cohort execution plan: vmap, map or chunked:N (none: chosen per backend)",
     "devices": "devices the cohort is sharded over (none: every device jax sees)",
+    "memory_budget_gb": "what the engine may hold, GB: data, versions, updates not yet aggregated, one device "
+                        "call (none: 1/4 of the machine's memory, 3/4 of an accelerator's; same results at any "
+                        "budget that fits)",
+    "flush_max_tasks": "training tasks a flush computes at most, those due first (none: as the memory budget "
+                       "allows; same results at any value)",
 }
 
 PATH_FIELDS = ("dataset", "availability", "device_profile")  # may name a file
@@ -448,6 +461,9 @@ _CHECKS: tuple[tuple[str, typing.Callable[[typing.Any], bool], str], ...] = (
     ("eval_batch", lambda v: v >= 1, ">= 1"),
     ("seed", lambda v: 0 <= v < 2 ** 32, "an integer in [0, 2^32)"),
     ("devices", lambda v: v >= 1, ">= 1 (or none for every device jax sees)"),
+    ("memory_budget_gb", lambda v: _positive(v) and math.isfinite(v),
+     "a finite number of GB > 0 (or none: a quarter of this machine's memory, three quarters of an accelerator's)"),
+    ("flush_max_tasks", lambda v: v >= 1, ">= 1 (or none: as many as the memory budget allows)"),
     ("partition", lambda v: v in ("dirichlet", "iid", "natural", "speaker", "reference", "pool"),
      "dirichlet, iid, natural (= speaker: one client per id in the data), reference, or pool (clients draw "
      "from the whole data set: any population size)"),

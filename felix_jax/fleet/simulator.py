@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..cohort import CohortEngine, VersionStore, evaluate, evaluate_hits, evaluate_many, evaluate_weighted
+from ..cohort.budget import MemoryPlan
 from ..data.federated import HeldOutSet
 from ..memory import FreeMemoryRelease
 from ..models.base import Model, Params
@@ -113,7 +114,7 @@ class FleetSimulator:
                  eval_selector: Selector | None = None, eval_budget: int = 0,
                  on_checkpoint: Callable[[Checkpoint], None] | None = None,
                  update_guard: UpdateGuardConfig = UpdateGuardConfig(), snapshot: SnapshotPolicy | None = None,
-                 live_mix: Callable[[float], np.ndarray] | None = None):
+                 live_mix: Callable[[float], np.ndarray] | None = None, memory: MemoryPlan | None = None):
         if trace.num_clients < engine.data.num_clients:
             raise ValueError(f"trace has {trace.num_clients} clients but the data has {engine.data.num_clients}")
         self.model, self.engine, self.trace, self.profile = model, engine, trace, profile
@@ -157,7 +158,8 @@ class FleetSimulator:
         self.server_opt = make_server_optimizer(config.server_optimizer, aggregator.server_lr)
         self.server_opt_state = self.server_opt.init(init_params)
         self.version = 0
-        self.executor = LazyExecutor(engine, VersionStore(init_params, capacity=8))
+        # memory: the run's memory budget (cohort/budget.py); None: every pending task computed at each flush
+        self.executor = LazyExecutor(engine, VersionStore(init_params, capacity=8), memory)
         self.executor.publish(0, init_params)
         self.tasks: dict[int, Task] = {}
         # tasks in self.tasks that are in flight and not replied, per kind (in_flight_count); None: count
@@ -451,7 +453,7 @@ class FleetSimulator:
             self._in_flight_n[kind] = self._in_flight_n.get(kind, 0) + 1
         if not self._queues_busy:  # a server that selects busy clients does not mark them
             self.view.set_busy(client, True)
-        self.executor.submit(tid, client, self.version, kind, self.now)
+        self.executor.submit(tid, client, self.version, kind, self.now, need_s=timeline.finish_s)
         if timeline.interruptions:
             self.acct.interrupted_tasks += 1
         if math.isfinite(timeline.finish_s):

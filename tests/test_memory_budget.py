@@ -1,0 +1,150 @@
+"""The engine's memory budget (cohort/budget.py, fleet/executor.py): flushes sized by what the delta store
+may hold, computed in the order results are needed, results unchanged; a budget too small for the run's
+working set refused in one line before the run."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+
+import jax
+import numpy as np
+import pytest
+
+from felix_jax.cli import main
+from felix_jax.cohort.budget import GB, BudgetError, CallMemory, MemoryPlan
+from felix_jax.experiment import get_preset
+from felix_jax.experiment.runner import build_simulator
+from felix_jax.fleet.executor import LazyExecutor, TrainOutcome, _Pending
+from felix_jax.cohort import VersionStore
+from felix_jax.cohort.store import page_rows_for
+from felix_jax.options import OptionError
+
+# 200 clients of the tiny MLP, 60 tasks in flight: small enough for the default tier, and a budget of
+# 0.1 GB (about 120 updates of 0.79 MB beside the data and one call) cannot hold every task in flight
+SCALED = dict(num_clients=200, concurrency=60, aggregation_goal=6, max_aggregations=10, target_accuracy=None)
+
+
+def _digest(tree) -> str:
+    return hashlib.sha1(b"".join(np.asarray(x).tobytes() for x in jax.tree_util.tree_leaves(tree))).hexdigest()
+
+
+def _run(**overrides):
+    sim = build_simulator(get_preset("tiny").with_overrides({**SCALED, **overrides}))
+    used = []
+    write = sim.executor.deltas.write
+
+    def counted(rows, real):  # the rows the store holds after each call's write, over what the budget allows
+        slots = write(rows, real)
+        ex = sim.executor
+        used.append(ex.deltas.num_used - (ex.memory.max_rows(ex.store.capacity) if ex.bounded else 0))
+        return slots
+
+    sim.executor.deltas.write = counted
+    record = sim.run()
+    return sim, record, max(used)
+
+
+def test_a_bounded_budget_changes_no_result_and_holds_what_it_allows():
+    free, free_rec, free_peak = _run()
+    tight, tight_rec, tight_peak = _run(memory_budget_gb=0.1)
+    assert not free.executor.bounded and tight.executor.bounded
+    plan = tight.executor.memory
+    # what the budget allows: at most max_rows delta rows beside the live versions, never all 60 in flight
+    assert tight_peak <= 0, tight_peak
+    assert plan.max_rows(8) < SCALED["concurrency"] <= free_peak
+    assert tight.executor.largest_flush < free.executor.largest_flush
+    # the same dispatches, the same model, the same curve
+    assert tight.acct.dispatch_log == free.acct.dispatch_log
+    assert _digest(tight.params) == _digest(free.params)
+    assert [c.accuracy for c in tight_rec.checkpoints] == [c.accuracy for c in free_rec.checkpoints]
+
+
+def test_a_budget_that_cannot_hold_the_buffer_is_one_line_before_the_run(tmp_path):
+    with pytest.raises(BudgetError) as caught:
+        build_simulator(get_preset("tiny").with_overrides({**SCALED, "aggregation_goal": 60,
+                                                           "memory_budget_gb": 0.05}))
+    message = str(caught.value)
+    assert "\n" not in message
+    for text in ("concurrency=60", "aggregation_goal=60", "needs at least", "for mlp", "MB an update",
+                 "memory_budget_gb=0.05"):
+        assert text in message, message
+    # the command line: one line, exit status 1, no results folder
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as info:
+        main(["run", "--preset", "tiny", "--quiet", "--set", "aggregation_goal=60", "--set", "concurrency=60",
+              "--set", "num_clients=200", "--set", "memory_budget_gb=0.05", "--out", str(out)])
+    assert isinstance(info.value.code, str) and "\n" not in info.value.code
+    assert "needs at least" in info.value.code and "memory_budget_gb=0.05" in info.value.code
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("value", [0, -1.0, math.inf, math.nan])
+def test_a_budget_must_be_a_finite_positive_number(value):
+    with pytest.raises(OptionError, match="memory_budget_gb"):
+        get_preset("tiny").with_overrides({"memory_budget_gb": value})
+
+
+def test_the_default_budget_holds_a_small_run_unbounded_and_says_where_it_comes_from():
+    sim = build_simulator(get_preset("tiny").with_overrides({"max_aggregations": 1}))
+    plan = sim.executor.memory
+    assert not plan.bounded and plan.call is None  # nothing measured, every pending task at each flush
+    assert "of this machine's" in plan.source and plan.budget_bytes > 0.1 * GB
+    assert plan.to_dict()["memory_budget_source"] == plan.source
+
+
+def _executor(sim, rows: int | None) -> LazyExecutor:
+    """A fresh executor on ``sim``'s engine whose budget holds exactly ``rows`` updates (None: unbounded)."""
+    store = VersionStore(sim.params, capacity=8)
+    row = _row_bytes(sim.params)
+    plan = None if rows is None else MemoryPlan(
+        budget_bytes=(8 + rows + page_rows_for(row)) * row, source="test", row_bytes=row, fixed_bytes=0, buffer_rows=0,
+        call=CallMemory(8, 0, 0, True), call_tasks=8, bounded=True)
+    ex = LazyExecutor(sim.engine, store, plan)
+    ex.publish(0, sim.params)
+    return ex
+
+
+def _row_bytes(params) -> int:
+    return sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(params))
+
+
+def _same(ex_a, a: TrainOutcome, ex_b, b: TrainOutcome):
+    assert (a.first_batch, a.all_steps, a.num_steps) == (b.first_batch, b.all_steps, b.num_steps)
+    assert _digest(ex_a.take_deltas([a])) == _digest(ex_b.take_deltas([b]))
+
+
+def test_results_computed_ahead_are_evicted_for_a_task_due_sooner_and_computed_again_the_same():
+    sim = build_simulator(get_preset("tiny").with_overrides({"max_aggregations": 1}))
+    bounded, free = _executor(sim, rows=2), _executor(sim, rows=None)
+    for ex in (bounded, free):
+        for tid, client, need in ((0, 1, 10.0), (1, 2, 20.0), (2, 3, 30.0)):
+            ex.submit(tid, client, 0, "train", need_s=need)
+    first = bounded.result(0)  # room for two: tasks 0 and 1 (due first), task 2 stays pending
+    assert bounded.num_pending == 1 and bounded.largest_flush == 2
+    for ex in (bounded, free):
+        ex.submit(3, 4, 0, "train", need_s=15.0)  # dispatched later, due before task 1
+    sooner = bounded.result(3)  # the store is full (0 held, 1 ahead): task 1 goes back to pending
+    assert bounded.evicted == 1 and 1 in bounded._pending
+    later = bounded.result(1)  # computed again, over the budget by one rather than stalled
+    last = bounded.result(2)
+    for tid, got in ((0, first), (3, sooner), (1, later), (2, last)):
+        _same(bounded, got, free, free.result(tid))
+    assert bounded.deltas.num_used == free.deltas.num_used == 0
+
+
+def test_a_task_far_from_its_reply_holds_its_start_version_not_an_update():
+    sim = build_simulator(get_preset("tiny").with_overrides({"max_aggregations": 1}))
+    ex = _executor(sim, rows=1)
+    ex.submit(0, 1, 0, "train", need_s=10.0)
+    ex.submit(1, 2, 0, "train", need_s=1e9)  # a client away for a long time
+    ex.publish(1, sim.params)
+    ex.result(0)
+    assert 1 in ex._pending and ex.deltas.num_used == 1  # only the result needed now
+    assert 0 in ex.store  # version 0 stays live for the pending task
+
+
+def test_a_pending_record_from_an_older_snapshot_is_due_last():
+    p = _Pending(5, 1, 0, "train", 0.0)
+    object.__delattr__(p, "need_s")  # as unpickled from a record written before need_s existed
+    assert p.due == (math.inf, 5)
