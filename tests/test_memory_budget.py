@@ -22,7 +22,7 @@ from felix_jax.options import OptionError
 
 # 200 clients of the tiny MLP, 60 tasks in flight: small enough for the default tier, and a budget of
 # 0.1 GB (about 120 updates of 0.79 MB beside the data and one call) cannot hold every task in flight
-SCALED = dict(num_clients=200, concurrency=60, aggregation_goal=6, max_aggregations=10, target_accuracy=None)
+SCALED = dict(num_clients=200, concurrency=60, aggregation_goal=6, max_aggregations=6, target_accuracy=None)
 
 
 def _digest(tree) -> str:
@@ -53,6 +53,9 @@ def test_a_bounded_budget_changes_no_result_and_holds_what_it_allows():
     # what the budget allows: at most max_rows delta rows beside the live versions, never all 60 in flight
     assert tight_peak <= 0, tight_peak
     assert plan.max_rows(8) < SCALED["concurrency"] <= free_peak
+    # the call was measured (XLA's memory analysis): at least its padded bucket of updates, at a size that fits
+    assert plan.call.measured and plan.call.output_bytes >= plan.call_tasks * plan.row_bytes
+    assert tight.engine.max_tasks_per_call == plan.call_tasks <= 256
     assert tight.executor.largest_flush < free.executor.largest_flush
     # the same dispatches, the same model, the same curve
     assert tight.acct.dispatch_log == free.acct.dispatch_log
@@ -148,3 +151,14 @@ def test_a_pending_record_from_an_older_snapshot_is_due_last():
     p = _Pending(5, 1, 0, "train", 0.0)
     object.__delattr__(p, "need_s")  # as unpickled from a record written before need_s existed
     assert p.due == (math.inf, 5)
+
+
+@pytest.mark.slow
+def test_a_bounded_run_killed_and_resumed_equals_the_uninterrupted_one(tmp_path):
+    from tests.test_snapshot import assert_same_run, killed_and_resumed
+
+    sc = get_preset("tiny").with_overrides({**SCALED, "memory_budget_gb": 0.1})
+    whole = build_simulator(sc)
+    record = whole.run()
+    assert whole.executor.bounded and whole.executor.largest_flush < SCALED["concurrency"]
+    assert_same_run(record, killed_and_resumed(sc, tmp_path / "snapshot", kill_at_version=4, every=2))
