@@ -33,9 +33,10 @@ def _bits(tree: dict) -> dict:
 
 
 def test_page_rows_by_hand():
-    assert page_rows_for(9_640) == 4096  # 64 MiB / 9,640 B = 6,961 rows: 4,096 (the largest power of two, the cap)
-    assert page_rows_for(40_000) == 1024  # 1,677 rows: 1,024
-    assert page_rows_for(2_400_000) == 64  # 27 rows: at least 64
+    assert page_rows_for(9_640) == 4096  # 256 MiB / 9,640 B = 27,846 rows: 4,096 (the cap)
+    assert page_rows_for(400_000) == 512  # 671 rows: 512 (the largest power of two)
+    assert page_rows_for(789_288) == 256  # the tiny MLP's update: 340 rows: 256, a whole cohort call
+    assert page_rows_for(9_600_000) == 64  # 27 rows: at least 64
     assert page_rows_for(1) == 4096
     assert page_rows_for(1000, page_bytes=300_000) == 256  # 300 rows: 256
     assert DeltaStore(TEMPLATE).page_rows == 4096  # 36 bytes a row

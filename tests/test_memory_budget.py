@@ -21,7 +21,8 @@ from felix_jax.cohort.store import page_rows_for
 from felix_jax.options import OptionError
 
 # 200 clients of the tiny MLP, 60 tasks in flight: small enough for the default tier, and a budget of
-# 0.1 GB (about 120 updates of 0.79 MB beside the data and one call) cannot hold every task in flight
+# 0.25 GB (beside the data, one call and a 256-row page of 0.79 MB updates, room for about 40 more) cannot
+# hold every task in flight
 SCALED = dict(num_clients=200, concurrency=60, aggregation_goal=6, max_aggregations=6, target_accuracy=None)
 
 
@@ -47,7 +48,7 @@ def _run(**overrides):
 
 def test_a_bounded_budget_changes_no_result_and_holds_what_it_allows():
     free, free_rec, free_peak = _run()
-    tight, tight_rec, tight_peak = _run(memory_budget_gb=0.1)
+    tight, tight_rec, tight_peak = _run(memory_budget_gb=0.25)
     assert not free.executor.bounded and tight.executor.bounded
     plan = tight.executor.memory
     # what the budget allows: at most max_rows delta rows beside the live versions, never all 60 in flight
@@ -157,7 +158,7 @@ def test_a_pending_record_from_an_older_snapshot_is_due_last():
 def test_a_bounded_run_killed_and_resumed_equals_the_uninterrupted_one(tmp_path):
     from tests.test_snapshot import assert_same_run, killed_and_resumed
 
-    sc = get_preset("tiny").with_overrides({**SCALED, "memory_budget_gb": 0.1})
+    sc = get_preset("tiny").with_overrides({**SCALED, "memory_budget_gb": 0.25})
     whole = build_simulator(sc)
     record = whole.run()
     assert whole.executor.bounded and whole.executor.largest_flush < SCALED["concurrency"]

@@ -123,7 +123,12 @@ def _stack_rows(like: Params, size: int, slots, rows: Params | None) -> Params:
     return _scatter_rows(stacked, jnp.asarray(np.asarray(slots, np.int32)), rows)
 
 
-PAGE_BYTES = 64 * 2 ** 20  # a DeltaStore page's size, about; its rows are a power of two in [64, 4096]
+# A DeltaStore page's size, about; its rows are a power of two in [64, 4096]. A write scatters a cohort
+# call's output (up to 256 rows) into each page its slots fall in, so it costs about rows x pages touched:
+# 256 MiB pages hold a call of the tiny MLP's 0.79 MB updates in one or two pages, where 64 MiB pages
+# (64 rows) took four or five (a 256-row write: 50 ms against 188 ms on 2 CPU cores; BENCHMARKS.md,
+# "Memory bounded by a budget"). The budget reserves a page (cohort/budget.py).
+PAGE_BYTES = 256 * 2 ** 20
 
 
 def page_rows_for(row_bytes: int, page_bytes: int = PAGE_BYTES) -> int:
