@@ -7,11 +7,12 @@ bucketed and vmapped by the cohort engine. Start parameters come from the device
 that is far from its reply holds its start version's slot (shared by every task
 of that version), never an update.
 
-A flush computes every pending eval task (a few numbers each) and at most the
-plan's ``flush_tasks`` training tasks (:class:`~felix_jax.cohort.budget.MemoryPlan`;
-computing further ahead only holds memory, and computes tasks that time out or are
-abandoned: BENCHMARKS.md, "Memory bounded by a budget"); under a bounded memory
-budget, no more than the delta store may hold. Where that is fewer than are
+A flush computes every pending eval task (a few numbers each) and training tasks
+until the plan's ``flush_tasks`` results are held ahead of their replies
+(:class:`~felix_jax.cohort.budget.MemoryPlan`; computing further ahead only holds
+memory, and computes tasks that time out or are abandoned: BENCHMARKS.md, "Memory
+bounded by a budget"); under a bounded memory budget, no more than the delta store
+may hold. Where that is fewer than are
 pending, it takes them in the order their results will be needed (reply time,
 then dispatch order); the rest stay pending. When the task
 needed now finds the store full of results computed ahead, the ones needed latest
@@ -78,6 +79,7 @@ class LazyExecutor:
         # bounded: the training tasks computed ahead of their reply (their records, to compute them again
         # after an eviction; they keep their start versions live)
         self._ahead: dict[int, _Pending] = {}
+        self._held_ahead = 0  # training results computed and not yet taken (TrainOutcomes in _done)
         self.flushes = 0  # flushes that computed something, and their tasks (a mean, not a list: bounded)
         self.flushed_tasks = 0
         self.largest_flush = 0  # training tasks computed by one flush, at most
@@ -108,7 +110,9 @@ class LazyExecutor:
                 raise KeyError(f"unknown task {task_id}")
             self.flush(need=task_id)
         self._ahead.pop(task_id, None)
-        return self._done.pop(task_id)
+        outcome = self._done.pop(task_id)
+        self._held_ahead -= isinstance(outcome, TrainOutcome)
+        return outcome
 
     def discard(self, task_id: int) -> None:
         """Forgets a task whose result will never be needed (abandoned)."""
@@ -116,6 +120,7 @@ class LazyExecutor:
         self._ahead.pop(task_id, None)
         done = self._done.pop(task_id, None)
         if isinstance(done, TrainOutcome):
+            self._held_ahead -= 1
             self.deltas.free([done.slot])
         self._release_unused()
 
@@ -144,6 +149,7 @@ class LazyExecutor:
         self._done = dict(state["done"])
         # a snapshot written before results were computed ahead under a budget: none can be evicted
         self._ahead = {p.task_id: p for p in state.get("ahead", [])}
+        self._held_ahead = sum(isinstance(o, TrainOutcome) for o in self._done.values())
         if "flush_sizes" in state:  # a snapshot from when every flush's size was kept
             self.flushes, self.flushed_tasks = len(state["flush_sizes"]), int(sum(state["flush_sizes"]))
         else:
@@ -191,6 +197,7 @@ class LazyExecutor:
                     self._done[int(tid)] = TrainOutcome(
                         int(task_slot[i]), LossStats(*(float(v[i]) for v in out.first_batch)),
                         LossStats(*(float(v[i]) for v in out.all_steps)), int(out.num_steps[i]))
+                self._held_ahead += len(tasks)
                 if self.bounded:
                     self._ahead.update((p.task_id, p) for p in tasks)
             else:
@@ -201,22 +208,24 @@ class LazyExecutor:
         self._release_unused()
 
     def _train_share(self, trains: list[_Pending], need: int | None) -> list[_Pending]:
-        """The training tasks a flush computes, in dispatch order: every one, or where the plan's
-        ``flush_tasks`` or a bounded budget's room is smaller, the ones due first, that many; the task
-        needed now always (under a full budget, evicting results computed ahead and due later than it)."""
+        """The training tasks a flush computes, in dispatch order: every one, or where fewer fit, the ones
+        due first. What fits: the plan's ``flush_tasks`` less the results already computed ahead and not
+        yet taken (so at most that many are held ahead of their replies, however many flushes), and no
+        more rows than the delta store may hold under a bounded budget. The task needed now always
+        (under a full bounded budget, evicting results computed ahead and due later than it)."""
         room = len(trains)
         if self.memory is not None and self.memory.flush_tasks is not None:
-            room = min(room, self.memory.flush_tasks)
+            room = min(room, self.memory.flush_tasks - self._held_ahead)
         needed = self._pending.get(need) if need is not None else None
         if needed is not None and needed.kind != "train":
             needed = None
         if self.memory is not None:
             free = self.memory.max_rows(self.store.capacity) - self.deltas.num_used
-            if needed is not None and free < 1:
-                if self.bounded:
-                    free += self._evict(1 - free, after=needed.due)
-                free = max(free, 1)  # what cannot be evicted is the buffer's: go over rather than stall
+            if needed is not None and free < 1 and self.bounded:
+                free += self._evict(1 - free, after=needed.due)
             room = min(room, free)
+        if needed is not None:
+            room = max(room, 1)  # what cannot be evicted is the buffer's: go over rather than stall
         if room >= len(trains):
             return trains
         if room <= 0:
@@ -236,6 +245,7 @@ class LazyExecutor:
             outcome = self._done.pop(p.task_id)
             self.deltas.free([outcome.slot])
             self._pending[p.task_id] = p
+        self._held_ahead -= len(later)
         self.evicted += len(later)
         return len(later)
 
