@@ -245,14 +245,17 @@ class OptionSpec:
         return made
 
     def describe(self) -> list[str]:
-        """``name: type = default`` per field, for ``--list``."""
+        """``name: type = default`` per field, for ``--list`` (and ``; words`` where the config's ``HELP``
+        mapping, field name -> text, says what the option accepts)."""
         if self.config is None:
             return []
         default = self.config()
         fields = self.fields()
         ranges = {key: rule.of(fields.get(key)) for key, rule in ranges_of(self.config).items()}
+        helps = dict(getattr(self.config, "HELP", None) or {})  # a config's words on an option, if any
         out = [f"{name}: {type_name(hint)} = {to_json(getattr(default, name))}"
-               + (f" ({ranges[name]})" if name in ranges else "") for name, hint in fields.items()]
+               + (f" ({ranges[name]})" if name in ranges else "") + (f"; {helps[name]}" if name in helps else "")
+               for name, hint in fields.items()]
         if self.variants:
             out.insert(0, f"variant: {' | '.join(self.variants)}"
                           + (f" = {self.default_variant}" if self.default_variant else ""))

@@ -12,6 +12,12 @@ exploited since the last pacer record) and reads the ClientMap:
 * a client's duration is its observed one (``duration_s``), else its registered
   one (``registered_duration_s``), else unknown (NaN: not penalised, and not in
   ``T_pref``'s population);
+* ``exploit="sampled:M"`` scores a uniform sample of M explored eligible clients, when more are
+  eligible, instead of all of them (:func:`_sampled_explored`); ``T_pref``, the pacer, the split and
+  exploration are unchanged. What stays O(explored) a call then: nothing with the defaults
+  (``T_pref`` over explored durations is one lookup in the view's sorted durations); ``t_pref_over=
+  "registered"`` and ``normalize_utility`` (their populations are every client / every eligible one)
+  and ``shortfall="random"`` list what they did before;
 * the pacer records once per aggregation round, and once at the first call (an
   empty record, as Oort's code records at its first call): the utility of the
   clients this selector exploited since the previous record that have sent a
@@ -30,6 +36,7 @@ import numpy as np
 
 from .base import SelectionContext, Selector
 from .ranks import ids_at_ranks as _ids_at_ranks, ids_at_ranks_counted as _ids_at_ranks_counted  # noqa: F401
+from .ranks import ids_at_ranks_of_both
 from .oort_math import (OortConfig, PacerState, epsilon_schedule, exploit_pick as exploit_pick_of, exploration_prior,
                         exploration_window, oort_scores, pacer_input, preferred_duration,
                         preferred_duration_sorted, sample_by_score, split_explore_exploit)
@@ -83,6 +90,21 @@ def _t_pref(view, t_pref_over: str, threshold: float, eligible_mask: np.ndarray,
         return d if np.isfinite(d) else float(unknown_s)
     durations = _durations(view)
     return preferred_duration(durations[np.isfinite(durations)], threshold)
+
+
+def _sampled_explored(ctx, eligible_mask: np.ndarray, explored_mask: np.ndarray, kept, explored,
+                      num_explored: int, size: int) -> np.ndarray:
+    """``exploit="sampled:M"``: ``size`` of the ``num_explored`` explored eligible clients, uniformly without
+    replacement (one draw of ranks from ``ctx.rng``), ascending. Where the view keeps the explored eligible
+    clients' block counts (``kept``) the ranks are found by a search over the counts and one gather of the
+    rows of the blocks they fall in (:func:`~.ranks.ids_at_ranks_of_both`: O(size + blocks hit x block
+    rows) bool rows, up to every row once when size nears the number of blocks, but no list of every
+    explored eligible id and nothing scored); else from ``explored``, the list the call made of them
+    (O(explored))."""
+    ranks = np.sort(ctx.rng.choice(num_explored, size, replace=False))
+    if kept is None:
+        return explored[ranks]
+    return ids_at_ranks_of_both(eligible_mask, explored_mask, kept[1], kept[2], ranks)
 
 
 def make_oort_selector(config: OortConfig = OortConfig()) -> Selector:
@@ -140,21 +162,26 @@ def make_oort_selector(config: OortConfig = OortConfig()) -> Selector:
         picked = []
         exploit_pick = _NO_CLIENTS
         if n_exploit > 0:
-            if explored is None:
-                explored = _listed(explored_all, eligible_mask)
+            sample = None if config.exploit_sample is None else max(config.exploit_sample, n_exploit)
+            if sample is not None and num_explored > sample:  # sampled: scores `sample` of them only
+                scored = _sampled_explored(ctx, eligible_mask, explored_mask, kept, explored, num_explored, sample)
+            else:
+                if explored is None:
+                    explored = _listed(explored_all, eligible_mask)
+                scored = explored
             population = None
             if config.normalize_utility:  # rewards of the eligible clients: U, or the raw prior if unexplored
                 raw = view.num_samples[eligible].astype(np.float64)
                 if config.prior_cap is not None:
                     raw = np.minimum(raw, float(config.prior_cap))
                 population = np.where(explored_mask[eligible], view.utility[eligible], raw)  # eligible: ~unexplored
-            scores = oort_scores(view.utility[explored], view.utility_round[explored], ctx.round,
-                                 _durations(view, explored), t_pref, config.round_penalty, config.clip_bound,
-                                 config.normalize_utility, population)  # of the explored eligible clients
+            scores = oort_scores(view.utility[scored], view.utility_round[scored], ctx.round,
+                                 _durations(view, scored), t_pref, config.round_penalty, config.clip_bound,
+                                 config.normalize_utility, population)  # of the (sampled) explored eligible
             if config.abs_scores:
                 scores = np.abs(scores)
-            exploit_pick = explored[exploit_pick_of(ctx.rng, scores, n_exploit, config.cut_off,
-                                                    config.min_candidates_factor)]
+            exploit_pick = scored[exploit_pick_of(ctx.rng, scores, n_exploit, config.cut_off,
+                                                  config.min_candidates_factor)]
             picked.append(exploit_pick)
         if n_explore > 0:
             if config.explore_by_prior:

@@ -11,7 +11,8 @@ the state and reads the client map. Formulas (the paper's reference settings "Ti
   ``(min(U, clip) - 0.999 lo) / (hi - 0.999 lo)`` over the positive rewards of the
   eligible clients (never-explored clients contribute their prior);
 * exploitation samples, without replacement and proportionally to score, among
-  clients scoring >= ``cut_off`` times the score at the exploit length;
+  clients scoring >= ``cut_off`` times the score at the exploit length (``exploit="sampled:M"``:
+  among a uniform sample of M explored eligible clients, when more are eligible);
 * exploration share ``epsilon`` = ``exploration_factor`` decayed per call to a
   floor; exploration is uniform, or (``explore_by_prior``) drawn by prior from the
   ``sample_window`` x explore-count never-explored clients with the largest prior
@@ -24,6 +25,7 @@ configurations (the FeLiX code's, FedScale's Oort and the Oort repository's).
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Callable, ClassVar, Mapping
 
 import numpy as np
@@ -34,7 +36,8 @@ from ...options import Range
 __all__ = ["OORT_VARIANTS", "OortConfig", "Pacer", "PacerState", "order_statistic", "preferred_duration",
            "staleness_bonus", "system_penalty", "clip_utilities", "normalised_utilities", "oort_scores",
            "exploit_candidates", "sample_by_score", "epsilon_schedule", "split_explore_exploit",
-           "exploration_prior", "exploration_window", "pacer_input", "statistical_utility"]
+           "exploration_prior", "exploration_window", "pacer_input", "statistical_utility",
+           "exploit_sample_size"]
 
 _SPLIT_ROUNDINGS = ("floor_exploit", "floor_explore", "binomial_explore")
 _SHORTFALLS = ("exploit", "random")
@@ -116,6 +119,13 @@ class OortConfig:
     # False: U' = clipped U (FeLiX). True: Oort's normaliser, see normalised_utilities (FedScale, Oort repo).
     normalize_utility: bool = False
     abs_scores: bool = False  # exploit scores taken as |score| (FedScale)
+    # "exact": exploitation scores every explored eligible client at each call (Oort's; O(explored eligible)
+    # a call). "sampled:M": when more than max(M, exploit count) explored clients are eligible, it scores a
+    # uniform sample of that many of them, drawn without replacement from the call's rng, and picks among
+    # those only (T_pref, the pacer and everything else unchanged; the clip and the cut-off are then taken
+    # over the sample); with as many or fewer it is "exact", the same picks and draws. An approximation
+    # of Oort for fleets where scoring every explored client at every call is the host's cost.
+    exploit: str = "exact"
 
     # epsilon and its floor are shares of a request (above 1 a call would pick more clients than asked);
     # round_threshold is a percentile; clip_bound an order statistic's rank as a fraction
@@ -125,6 +135,15 @@ class OortConfig:
         "round_penalty": Range.at_least(0), "pacer_step": Range.at_least(1), "pacer_delta": Range.at_least(0),
         "clip_bound": Range.fraction(), "cut_off": Range.fraction(), "min_candidates_factor": Range.at_least(0),
         "sample_window": Range.above(0), "prior_cap": Range.at_least(1), "unknown_duration_s": Range.above(0)}
+    # what the string options accept, for ``run --list`` (OptionSpec.describe)
+    HELP: ClassVar[Mapping[str, str]] = {
+        "split_rounding": "floor_exploit | floor_explore | binomial_explore (how a call's k splits into "
+                          "exploit and explore)",
+        "shortfall": "exploit | random (who fills the slots exploration cannot)",
+        "t_pref_over": "explored | registered | eligible_unsorted | all_unsorted (T_pref's population)",
+        "pacer_rule": "oort | raise_only_per_call (how the pacer moves T_pref)",
+        "exploit": "exact | sampled:M (exact scores every explored eligible client a call, sampled:M a uniform "
+                   "sample of M of them when more are eligible: O(M) scoring, an approximation of Oort)"}
 
     def __post_init__(self):
         for name, allowed in (("split_rounding", _SPLIT_ROUNDINGS), ("shortfall", _SHORTFALLS),
@@ -135,6 +154,12 @@ class OortConfig:
             raise ValueError("OortConfig.sample_window must be > 0")
         if not (self.unknown_duration_s > 0 and np.isfinite(self.unknown_duration_s)):
             raise ValueError("OortConfig.unknown_duration_s must be a finite number of seconds > 0")
+        exploit_sample_size(self.exploit)  # raises on anything but "exact" or "sampled:M"
+
+    @property
+    def exploit_sample(self) -> int | None:
+        """``M`` of ``exploit="sampled:M"``; ``None`` for ``"exact"``."""
+        return exploit_sample_size(self.exploit)
 
     @classmethod
     def felix(cls, **overrides) -> "OortConfig":
@@ -176,6 +201,21 @@ class OortConfig:
 
     def pacer(self) -> "Pacer":
         return Pacer(step=self.pacer_step, delta=self.pacer_delta)
+
+
+_SAMPLED = re.compile(r"sampled:([0-9]+)")
+
+
+def exploit_sample_size(exploit) -> int | None:
+    """``M`` of ``"sampled:M"`` (M an integer >= 1), ``None`` of ``"exact"``; a one-line ``ValueError`` for
+    anything else."""
+    if exploit == "exact":
+        return None
+    match = _SAMPLED.fullmatch(exploit) if isinstance(exploit, str) else None
+    if match is None or int(match.group(1)) < 1:
+        raise ValueError(f"OortConfig.exploit must be 'exact' or 'sampled:M' with M an integer >= 1 "
+                         f"(e.g. 'sampled:4096'), not {exploit!r}")
+    return int(match.group(1))
 
 
 #: Named Oort configurations; each constructor accepts field overrides.
