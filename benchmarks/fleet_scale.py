@@ -38,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from felix_jax.commands import (command_parser, output_file, parse_sets, positive_float, positive_int,  # noqa: E402
+from felix_jax.commands import (command_parser, earlier_rows, output_file, parse_sets, positive_float, positive_int,  # noqa: E402
                                 run_script)
 
 
@@ -408,20 +408,6 @@ def measure_fedscale_load(path: str) -> dict:
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
-def earlier_rows(path: str) -> list:
-    """The rows an earlier ``--out`` holds (``--resume``); a ``ValueError`` naming ``--out`` for a file
-    that is not this benchmark's JSON."""
-    try:
-        with open(path) as f:
-            rows = json.load(f)["rows"]
-    except (ValueError, KeyError, TypeError) as e:
-        reason = f"no {e}" if isinstance(e, KeyError) else str(e)
-        raise ValueError(f"--out {path}: not a fleet_scale.py JSON to --resume ({reason})") from None
-    if not isinstance(rows, list):
-        raise ValueError(f"--out {path}: not a fleet_scale.py JSON to --resume (its rows are not a list)")
-    return rows
-
-
 def main(argv=None) -> int:
     ap = command_parser(__doc__.splitlines()[0])
     ap.add_argument("--populations", type=positive_int, nargs="*", default=[1_000, 10_000, 100_000, 1_000_000],
@@ -481,7 +467,7 @@ def main(argv=None) -> int:
     own = args.dataset or digits8_npz(os.path.join(tmp.name, "digits8.npz"))
     rows = []
     if args.out and os.path.exists(args.out) and args.resume:  # a long matrix continues: finished cells are kept
-        rows = earlier_rows(args.out)
+        rows = earlier_rows(args.out, "fleet_scale.py")
     cells = [(task, n, strategy, regime, slot_s, aggs) for task in args.task for n in args.populations
              for strategy in args.strategy for regime in args.availability
              for slot_s in (args.slot_s if regime.startswith("avail") else [600.0]) for aggs in args.aggregations]

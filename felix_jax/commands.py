@@ -122,6 +122,22 @@ def parse_sets(items: list[str]) -> dict[str, str]:
     return out
 
 
+def earlier_rows(path: str, script: str, option: str = "--out", purpose: str = "to --resume") -> list:
+    """The rows a benchmark's earlier JSON holds (``option``'s file, read ``purpose``); a ``ValueError``
+    naming the option, ``path`` and ``script`` for a file that is not such a JSON."""
+    import json
+
+    try:
+        with open(path) as f:
+            rows = json.load(f)["rows"]
+    except (ValueError, KeyError, TypeError) as e:
+        reason = f"no {e}" if isinstance(e, KeyError) else str(e)
+        raise ValueError(f"{option} {path}: not a {script} JSON {purpose} ({reason})") from None
+    if not isinstance(rows, list):
+        raise ValueError(f"{option} {path}: not a {script} JSON {purpose} (its rows are not a list)")
+    return rows
+
+
 def run_script(prog: str, main: Callable[..., Any], argv: list[str] | None = None) -> Any:
     """Calls ``main(argv)``; a user error it raises (:data:`USER_ERRORS`, a ``ValueError``) ends the
     process with one line ``PROG: message`` and exit status 1 (its stack above it when asked for)."""

@@ -130,7 +130,7 @@ class MemoryPlan:
     call: CallMemory | None  # the largest training call (None: not measured, the budget holds everything)
     call_tasks: int  # tasks in the largest device call
     bounded: bool  # False: the budget holds every task in flight with room to spare (nothing measured, no eviction)
-    flush_tasks: int | None = None  # training tasks a flush computes at most (None: as the budget allows)
+    flush_tasks: int | None = None  # training results held ahead of their replies at most (None: as the budget allows)
 
     @property
     def reserved_bytes(self) -> int:

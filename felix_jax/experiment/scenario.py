@@ -119,9 +119,10 @@ class Scenario:
     # device call (cohort/budget.py); None: a quarter of the machine's memory on a CPU, three quarters of an
     # accelerator's. Speed only: results are the same at any budget that holds the run's working set
     memory_budget_gb: float | None = None
-    # training tasks one flush of the lazy executor computes at most, those whose replies come first
-    # (None: as many as the budget allows). Speed only; computing further ahead holds memory and computes
-    # tasks that time out or are abandoned (BENCHMARKS.md, "Memory bounded by a budget")
+    # training results the lazy executor holds ahead of their replies at most: a flush computes the tasks
+    # whose replies come first, up to that many (None: as many as the budget allows). Speed and memory
+    # only; computing further ahead holds memory and computes tasks that time out or are abandoned
+    # (BENCHMARKS.md, "Memory bounded by a budget")
     flush_max_tasks: int | None = 1024
 
     def __post_init__(self):
@@ -347,8 +348,8 @@ FIELD_HELP: dict[str, str] = {
     "memory_budget_gb": "what the engine may hold, GB: data, versions, updates not yet aggregated, one device "
                         "call (none: 1/4 of the machine's memory, 3/4 of an accelerator's; same results at any "
                         "budget that fits)",
-    "flush_max_tasks": "training tasks a flush computes at most, those due first (none: as the memory budget "
-                       "allows; same results at any value)",
+    "flush_max_tasks": "training results computed ahead of their replies at most, those due first (none: as "
+                       "the memory budget allows; same results at any value)",
 }
 
 PATH_FIELDS = ("dataset", "availability", "device_profile")  # may name a file
