@@ -148,6 +148,39 @@ def test_a_task_far_from_its_reply_holds_its_start_version_not_an_update():
     assert 0 in ex.store  # version 0 stays live for the pending task
 
 
+def test_the_plans_row_count_by_hand():
+    # 1,000-byte updates: a 256 MiB page holds 4,096 of them (the cap), 4,096,000 bytes
+    plan = MemoryPlan(budget_bytes=5_000_000, source="test", row_bytes=1000, fixed_bytes=5000,
+                      buffer_rows=4, call=CallMemory(8, 3000, 1000, True), call_tasks=8, bounded=True)
+    # data 5,000 + call 3,000 + 1,000 + two copies of 4 updates 8,000 + a page 4,096,000
+    assert plan.reserved_bytes == 4_113_000
+    assert plan.max_rows(8) == (5_000_000 - 4_113_000) // 1000 - 8 == 879
+    assert plan.max_rows(16) == 871  # each live version takes a row
+    # not measured: the call guessed at its output twice over, 2 x 8 x 1,000
+    guessed = MemoryPlan(5_000_000, "test", 1000, 5000, 4, None, 8, False)
+    assert guessed.reserved_bytes == 5000 + 16_000 + 8000 + 4_096_000
+    assert plan.to_dict()["max_update_rows"] == 879 and plan.to_dict()["memory_budget_gb"] == 0.005
+
+
+def test_flush_max_tasks_caps_the_results_held_ahead_over_several_flushes():
+    sim = build_simulator(get_preset("tiny").with_overrides({"max_aggregations": 1}))
+    row = _row_bytes(sim.params)
+    plan = MemoryPlan(budget_bytes=100 * GB, source="test", row_bytes=row, fixed_bytes=0, buffer_rows=0,
+                      call=None, call_tasks=8, bounded=False, flush_tasks=2)
+    ex = LazyExecutor(sim.engine, VersionStore(sim.params, capacity=8), plan)
+    ex.publish(0, sim.params)
+    for tid, need in enumerate((40.0, 10.0, 30.0, 20.0, 50.0)):
+        ex.submit(tid, tid + 1, 0, "train", need_s=need)
+    ex.result(1)  # due first: it and the next due (task 3) are computed, two held ahead
+    assert sorted(ex._done) == [3] and ex.num_pending == 3 and ex.largest_flush == 2
+    ex.submit(5, 6, 0, "train", need_s=15.0)  # due before task 3, which is still held
+    ex.result(5)  # one slot free under the cap: only the task needed now
+    assert sorted(ex._done) == [3] and ex.num_pending == 3
+    ex.result(3)
+    ex.result(2)  # the cap free again: tasks 2 and 0 (due 30 and 40), task 4 (due 50) waits
+    assert sorted(ex._done) == [0] and list(ex._pending) == [4]
+
+
 def test_a_pending_record_from_an_older_snapshot_is_due_last():
     p = _Pending(5, 1, 0, "train", 0.0)
     object.__delattr__(p, "need_s")  # as unpickled from a record written before need_s existed

@@ -29,7 +29,7 @@ import jax
 import numpy as np
 
 from ..options import OptionError
-from .store import page_rows_for
+from .store import page_rows_for, tree_bytes
 
 GB = 1024 ** 3
 # The default budget: a quarter of the machine's physical memory on a CPU backend (the engine shares it
@@ -41,12 +41,6 @@ ACCELERATOR_SHARE = 0.75
 
 class BudgetError(OptionError):
     """A memory budget that cannot hold the run's minimal working set."""
-
-
-def tree_bytes(tree) -> int:
-    """Bytes of a pytree's arrays (shapes and dtypes only: nothing is read)."""
-    return int(sum(int(np.prod(np.shape(x))) * np.dtype(x.dtype).itemsize for x in jax.tree_util.tree_leaves(tree)
-                   if hasattr(x, "dtype")))
 
 
 def default_budget(backend: str | None = None) -> tuple[int, str]:
@@ -84,24 +78,23 @@ class CallMemory:
 _CALL_MEMORY: dict[tuple, CallMemory] = {}
 
 
-def call_memory(engine, kind: str, tasks: int, stacked) -> CallMemory:
-    """What one ``kind`` call of ``tasks`` tasks holds beyond its arguments, from the compiled program's
+def call_memory(engine, tasks: int, stacked) -> CallMemory:
+    """What one training call of ``tasks`` tasks holds beyond its arguments, from the compiled program's
     memory analysis (one compilation per model, local settings, data shape and size in the process).
     Several devices: each device's share of the call, which is what a device holds."""
     from .engine import _cohort_jit, pad_task_args
 
     per_device = max(1, tasks // engine.num_devices)
-    cfg = engine.train_cfg if kind == "train" else engine.eval_cfg
-    scan_len = engine.train_scan_len if kind == "train" else engine.eval_scan_len
+    cfg, scan_len = engine.train_cfg, engine.train_scan_len
     data_shape = tuple((tuple(np.shape(x)), str(x.dtype)) for x in jax.tree_util.tree_leaves(engine.data))
-    key = (kind, engine.model, cfg, engine.plan, scan_len, per_device, data_shape,
+    key = (engine.model, cfg, engine.plan, scan_len, per_device, data_shape,
            tuple((tuple(np.shape(x)), str(x.dtype)) for x in jax.tree_util.tree_leaves(stacked)))
     if key in _CALL_MEMORY:
         return _CALL_MEMORY[key]
     one = np.zeros(1, np.int32)
-    lengths = (engine.num_train_steps if kind == "train" else engine.num_eval_batches)(one, np.zeros(1, np.float32))
+    lengths = engine.num_train_steps(one, np.zeros(1, np.float32))
     args = pad_task_args(per_device, one, one, one, np.zeros(1, np.float32), np.asarray(lengths))
-    jitted = _cohort_jit(kind, engine.model, cfg)
+    jitted = _cohort_jit("train", engine.model, cfg)
     lowered = jitted.lower(stacked, engine.data, *(jax.numpy.asarray(a) for a in args),
                            jax.numpy.zeros(per_device, jax.numpy.int32), engine._key_data, scan_len=scan_len,
                            plan=engine.plan)
@@ -174,7 +167,7 @@ def plan_memory(engine, stacked, *, budget_bytes: int, source: str, concurrency:
     while tasks > engine.min_tasks_per_call and 2 * tasks * row * 2 > spare:
         tasks //= 2
     while True:
-        call = call_memory(engine, "train", tasks, stacked)
+        call = call_memory(engine, tasks, stacked)
         plan = MemoryPlan(budget_bytes, source, row, fixed_bytes, buffer_rows, call, tasks, True, flush_tasks)
         # the buffer and one call's tasks held, the first versions live
         if plan.max_rows(versions) >= buffer_rows + tasks:

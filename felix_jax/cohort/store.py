@@ -131,6 +131,12 @@ def _stack_rows(like: Params, size: int, slots, rows: Params | None) -> Params:
 PAGE_BYTES = 256 * 2 ** 20
 
 
+def tree_bytes(tree) -> int:
+    """Bytes of a pytree's arrays (shapes and dtypes only: nothing is read; leaves without a dtype count 0)."""
+    return int(sum(int(np.prod(np.shape(x))) * np.dtype(x.dtype).itemsize for x in jax.tree_util.tree_leaves(tree)
+                   if hasattr(x, "dtype")))
+
+
 def page_rows_for(row_bytes: int, page_bytes: int = PAGE_BYTES) -> int:
     """Rows in a :class:`DeltaStore` page: the largest power of two whose rows fit ``page_bytes``,
     at least 64 (a page of large rows) and at most 4,096 (a page of small ones)."""
@@ -162,8 +168,7 @@ class DeltaStore:
     """
 
     def __init__(self, template: Params, capacity: int = 64, page_rows: int | None = None):
-        row_bytes = sum(int(np.prod(np.shape(leaf))) * np.dtype(leaf.dtype).itemsize
-                        for leaf in jax.tree_util.tree_leaves(template))
+        row_bytes = tree_bytes(template)
         self.page_rows = int(page_rows) if page_rows is not None else page_rows_for(row_bytes)
         if self.page_rows < 1:
             raise ValueError(f"page_rows must be >= 1, got {page_rows}")

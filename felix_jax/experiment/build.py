@@ -13,7 +13,8 @@ import jax
 import numpy as np
 
 from ..cohort import CohortEngine, LocalEvalConfig, LocalTrainConfig
-from ..cohort.budget import MemoryPlan, plan_memory, resolve_budget, tree_bytes
+from ..cohort.budget import MemoryPlan, plan_memory, resolve_budget
+from ..cohort.store import tree_bytes
 from ..data.federated import held_out_to_device, to_device
 from ..data.loaders import load_dataset
 from ..data.partition import (Partition, dirichlet_partition, dirichlet_sized_partition, iid_partition, partition_by_key,

@@ -11,11 +11,11 @@ A flush computes every pending eval task (a few numbers each) and training tasks
 until the plan's ``flush_tasks`` results are held ahead of their replies
 (:class:`~felix_jax.cohort.budget.MemoryPlan`; computing further ahead only holds
 memory, and computes tasks that time out or are abandoned: BENCHMARKS.md, "Memory
-bounded by a budget"); under a bounded memory budget, no more than the delta store
-may hold. Where that is fewer than are
-pending, it takes them in the order their results will be needed (reply time,
-then dispatch order); the rest stay pending. When the task
-needed now finds the store full of results computed ahead, the ones needed latest
+bounded by a budget"), and no more than the delta store may hold under the
+budget. Where that is fewer than are pending, it takes them in the order their
+results will be needed (reply time, then dispatch order); the rest stay pending.
+When the task needed now finds a bounded store full of results computed ahead, the
+ones needed latest
 go back to pending (their rows freed, their start versions kept) and are computed
 again when they are due: a task's result depends only on its start model, its
 client's data and its key, so recomputing changes nothing (on a CPU, bit for
@@ -25,6 +25,7 @@ bit). Without a plan, every pending task is computed at each flush.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import math
 
 import jax
@@ -71,7 +72,7 @@ class LazyExecutor:
     def __init__(self, engine: CohortEngine, store: VersionStore, memory: MemoryPlan | None = None):
         self.engine = engine
         self.store = store
-        self.memory = memory  # None, or a plan that holds everything: every pending task at each flush
+        self.memory = memory  # the run's memory plan; None: every pending task at each flush
         self.deltas = DeltaStore(store.params(store.versions[0]) if len(store) else
                                  jax.tree_util.tree_map(lambda s: s[0], store.stacked))
         self._pending: dict[int, _Pending] = {}
@@ -164,8 +165,8 @@ class LazyExecutor:
         return len(self._pending)
 
     def flush(self, need: int | None = None) -> None:
-        """Computes pending tasks: all of them, or under a bounded budget every eval task and the training
-        tasks the delta store has room for, in the order they are due; ``need`` (a task id) is among them."""
+        """Computes every pending eval task and the training tasks :meth:`_train_share` picks; ``need`` (a
+        task id), the result wanted now, is among them."""
         if not self._pending:
             return
         pending = list(self._pending.values())
@@ -230,7 +231,7 @@ class LazyExecutor:
             return trains
         if room <= 0:
             return []
-        take = sorted(trains, key=lambda p: p.due)[:room]
+        take = heapq.nsmallest(room, trains, key=lambda p: p.due)
         if needed is not None and needed.due > take[-1].due:
             take = [needed] + take[:-1]
         return sorted(take, key=lambda p: p.task_id)
