@@ -85,6 +85,61 @@ def test_the_trimmed_count_is_floor_of_trim_times_accepted_exactly():
     assert trimmed_count(0.49, 100) == 49 and trimmed_count(0.49, 2) == 0  # always one value left
 
 
+# K' = 1 .. 6 accepted rows of 6 (the first K' of VALUES; the rest rejected, pushed out of the sort). Each entry: (trim, the count dropped at each end for K' = 1..6, the trimmed means by hand).
+VALUES = (8.0, 1.0, 32.0, 2.0, 16.0, 4.0)
+HAND = {
+    0.2: ((0, 0, 0, 0, 1, 1), (8, 4.5, 41 / 3, 43 / 4, 26 / 3, 7.5)),
+    0.25: ((0, 0, 0, 1, 1, 1), (8, 4.5, 41 / 3, 5, 26 / 3, 7.5)),
+    0.3333333333: ((0, 0, 0, 1, 1, 1), (8, 4.5, 41 / 3, 5, 26 / 3, 7.5)),
+    0.4999999999: ((0, 0, 1, 1, 2, 2), (8, 4.5, 8, 5, 8, 6)),
+}
+MEDIANS = (8, 4.5, 8, 5, 8, 6)  # K' = 1..6: [8], [1 8], [1 8 32], [1 2 8 32], [1 2 8 16 32], [1 2 4 8 16 32]
+
+
+@pytest.mark.parametrize("trim", sorted(HAND))
+def test_the_trimmed_mean_at_every_k_from_1_to_6_by_hand(trim):
+    """floor(trim x K') dropped at each end, exactly: 0.4999999999 at K' = 2 and 0.3333333333 at K' = 3
+    drop nothing (a rounding allowance dropped one at each end and left nothing: a zero update)."""
+    counts, means = HAND[trim]
+    for accepted in range(1, 7):
+        keep = jnp.arange(6) < accepted
+        assert trimmed_count(trim, accepted) == counts[accepted - 1], (trim, accepted)
+        out = combine("trimmed-mean", column(*VALUES), keep, trim=trim)
+        assert float(out) == pytest.approx(means[accepted - 1], rel=1e-6), (trim, accepted)
+        kept = sorted(VALUES[:accepted])[counts[accepted - 1]:accepted - counts[accepted - 1]]
+        assert float(out) == pytest.approx(sum(kept) / len(kept), rel=1e-6)  # the same, from the sorted values
+
+
+def test_the_median_at_every_k_from_1_to_6_by_hand():
+    for accepted in range(1, 7):
+        keep = jnp.arange(6) < accepted
+        assert float(combine("median", column(*VALUES), keep)) == MEDIANS[accepted - 1], accepted
+
+
+def test_the_reviewers_two_updates_at_trim_just_below_a_half_give_their_mean_not_zero():
+    deltas = jnp.asarray([[1.0, 2.0], [3.0, 6.0]])
+    out = trimmed_mean_update(deltas, jnp.ones(2, bool), trim=0.4999999999)
+    np.testing.assert_array_equal(np.asarray(out), [2.0, 4.0])  # was [0, 0]: both rows dropped, nothing left
+
+
+def test_a_decimal_trim_counts_as_written_not_as_its_binary_float():
+    assert trimmed_count(0.3, 10) == 3 and trimmed_count(0.3, 20) == 6  # 3/10 x K', exactly
+    assert trimmed_count(0.29, 100) == 29 and trimmed_count(0.07, 100) == 7 and trimmed_count(0.14, 50) == 7
+    assert trimmed_count(0.3333333333, 3) == 0 and trimmed_count(0.3333333333, 6) == 1  # 1.9999999998
+    assert trimmed_count(0.4999999999, 2) == 0 and trimmed_count(0.4999999999, 3) == 1
+    assert [trimmed_count(0.4999999999, k) for k in range(0, 8)] == [0, 0, 0, 1, 1, 2, 2, 3]  # (K'-1) // 2 at most
+
+
+def test_plain_mean_reason_names_the_rules_that_reduce_to_the_mean():
+    from felix_jax.policies.aggregators.robust import MedianConfig, TrimmedMeanConfig, plain_mean_reason
+
+    assert [plain_mean_reason(MedianConfig(), k) is not None for k in range(1, 5)] == [True, True, False, False]
+    assert [plain_mean_reason(TrimmedMeanConfig(trim=0.25), k) is not None for k in range(1, 6)] == \
+        [True, True, True, False, False]
+    assert plain_mean_reason(TrimmedMeanConfig(trim=0.0), 100) == "trim=0 drops floor(0 x 100) = 0 values at each end"
+    assert plain_mean_reason(object(), 2) is None  # not a robust rule's config
+
+
 def test_the_rules_compile_once_whatever_the_mask():
     deltas = {"w": jnp.arange(20.0).reshape(5, 4), "b": jnp.arange(5.0)}
     masks = [ALL5, jnp.array([True, False, True, True, False]), jnp.array([False] * 4 + [True])]

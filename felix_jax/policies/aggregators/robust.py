@@ -10,6 +10,15 @@ the middle value (the mean of the two middle ones for an even K'). One
 corrupted update among K' then moves no coordinate beyond the range of the
 honest ones, however large it is.
 
+``floor(trim * K')`` is counted exactly, ``trim`` read as the decimal it is
+written as (Python's shortest repr of the float: ``0.3`` is 3/10, so
+``0.3 * 10`` drops 3, never 2 from binary rounding, and ``0.3333333333 * 3``
+drops 0, never 1 from a rounding allowance), and never more than
+``(K'-1) // 2`` at each end: at least one value is always averaged. At
+K' <= 2 the median, and at a K' where ``t = 0`` the trimmed mean, is the
+plain mean of the accepted updates (:func:`plain_mean_reason`; a run says so
+in its warnings).
+
 Shapes stay static: every call sees all K rows; the rows outside ``keep``
 (rejected by the update guard, zeroed by it) are pushed to ``+inf`` before the
 sort, so the K' accepted values fill positions ``0 .. K'-1`` and the positions
@@ -29,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from fractions import Fraction
 from functools import partial
 from typing import ClassVar, Mapping
 
@@ -70,13 +80,37 @@ class MedianConfig:
 
 
 def trimmed_count(trim: float, accepted: int) -> int:
-    """``floor(trim * K')``: how many values are dropped at each end (exact for decimal ``trim``:
-    ``0.29 * 100`` is 28.999... in floating point, and drops 29).
+    """``floor(trim * K')``: how many values are dropped at each end, counted exactly with ``trim`` as
+    the decimal it is written as (``Fraction(repr(trim))``: ``0.29 * 100`` is 28.999... in floating
+    point and drops 29; ``0.4999999999 * 2`` is below 1 and drops none), and at most ``(K'-1) // 2``,
+    so at least one value is left.
 
     >>> trimmed_count(0.2, 5), trimmed_count(0.2, 3), trimmed_count(0.29, 100), trimmed_count(0.49, 2)
     (1, 0, 29, 0)
+    >>> trimmed_count(0.3, 10), trimmed_count(0.3333333333, 3), trimmed_count(0.4999999999, 2)
+    (3, 0, 0)
     """
-    return math.floor(trim * accepted + 1e-9)
+    exact = math.floor(Fraction(repr(float(trim))) * int(accepted))
+    return max(0, min(exact, (int(accepted) - 1) // 2))
+
+
+def plain_mean_reason(config, accepted: int) -> str | None:
+    """Why the robust rule configured by ``config`` is the plain (unweighted) mean of ``accepted``
+    updates, in a few words; None when it is not (or ``config`` is no robust rule's).
+
+    >>> plain_mean_reason(MedianConfig(), 2)
+    'the median of 2 values is their mean'
+    >>> plain_mean_reason(TrimmedMeanConfig(trim=0.2), 4)
+    'trim=0.2 drops floor(0.2 x 4) = 0 values at each end'
+    >>> plain_mean_reason(TrimmedMeanConfig(trim=0.2), 5) is None
+    True
+    """
+    if isinstance(config, MedianConfig) and accepted <= 2:
+        return "the median of one value is that value" if accepted == 1 else \
+            f"the median of {accepted} values is their mean"
+    if isinstance(config, TrimmedMeanConfig) and trimmed_count(config.trim, accepted) == 0:
+        return f"trim={config.trim:g} drops floor({config.trim:g} x {accepted}) = 0 values at each end"
+    return None
 
 
 def _sorted_kept(d: jax.Array, keep: jax.Array) -> jax.Array:
