@@ -15,8 +15,9 @@ import jax
 
 
 def default_cache_dir() -> Path:
-    root = os.environ.get("FELIX_JAX_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "felix_jax")
-    return Path(root) / "xla"
+    from .traces.data_paths import user_cache_root
+
+    return user_cache_root() / "xla"
 
 
 def usable_cache_dir(path: Path, what: str) -> Path:

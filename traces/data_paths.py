@@ -1,8 +1,20 @@
-"""Locating the shared data folder (docs/file-formats.md) without hard-coded paths.
+"""Locating data files (docs/file-formats.md, "Where data comes from") without hard-coded paths.
 
-The data folder is laid out like the project's shared ``data/`` directory, e.g.
-``<folder>/traces/felix_reference_300clients.npz``. It is found from an explicit
-``path`` argument, else from the environment variable ``FELIX_JAX_DATA``.
+A data folder is laid out like this (any subset may be present)::
+
+    <folder>/cifar10/cifar-10-binary.tar.gz          # the canonical archive (felix-jax data fetch cifar10)
+    <folder>/cifar10/cifar10_jpeg_bytes.npz          # or an offline JPEG copy
+    <folder>/speech_commands/speech_commands_v0.02_test.npz
+    <folder>/traces/felix_reference_300clients.npz, <folder>/traces/flash_*.json
+
+One rule finds every file: an explicit ``path`` argument, else the **data home**, which is
+``$FELIX_JAX_DATA`` when set, else ``data/`` in the user cache folder (``$FELIX_JAX_CACHE``, else the
+platform's: ``$XDG_CACHE_HOME/felix_jax`` or ``~/.cache/felix_jax`` on Linux,
+``~/Library/Caches/felix_jax`` on macOS, ``%LOCALAPPDATA%\\felix_jax\\Cache`` on Windows). ``felix-jax
+data fetch`` writes there. The paper's reference traces and the FLASH device files also ship inside
+the package (``felix_jax/traces/reference/``, with their NOTICE): a data home without them falls back
+to the shipped copies, so ``ref:NAME``, ``mobiperf`` and the ``reference`` and ``flash`` device
+profiles need no data folder at all.
 
 A file that is there but cannot be read as what it should be (truncated, corrupt,
 missing arrays or fields) raises :class:`DataFileError` naming the file; every
@@ -16,6 +28,7 @@ import csv
 import math
 import os
 import pickle
+import sys
 import tarfile
 import zipfile
 import zlib
@@ -25,42 +38,87 @@ from typing import Iterator
 import numpy as np
 
 DATA_ENV_VAR = "FELIX_JAX_DATA"
+CACHE_ENV_VAR = "FELIX_JAX_CACHE"
+# The files shipped inside the package (felix_jax/traces/reference/), by their data-folder path.
+SHIPPED_DIR = Path(__file__).resolve().parent / "reference"
+SHIPPED_FILES = ("traces/felix_reference_300clients.npz", "traces/flash_benchmark2score.json",
+                 "traces/flash_raw_ai_benchmark_list.json", "traces/flash_real2benchmark.json",
+                 "traces/flash_speed_distri.json")
+
+
+def user_cache_root() -> Path:
+    """The felix-jax cache folder (not created here): ``$FELIX_JAX_CACHE``, else the platform's user cache
+    (``$XDG_CACHE_HOME/felix_jax`` or ``~/.cache/felix_jax`` on Linux, ``~/Library/Caches/felix_jax`` on
+    macOS, ``%LOCALAPPDATA%\\felix_jax\\Cache`` on Windows)."""
+    if os.environ.get(CACHE_ENV_VAR):
+        return Path(os.environ[CACHE_ENV_VAR]).expanduser()
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / "felix_jax"
+    if os.name == "nt" and os.environ.get("LOCALAPPDATA"):
+        return Path(os.environ["LOCALAPPDATA"]) / "felix_jax" / "Cache"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg and os.path.isabs(xdg) else Path.home() / ".cache") / "felix_jax"
+
+
+def data_home() -> tuple[Path, str]:
+    """The data folder used without an explicit path, and where it came from: ``$FELIX_JAX_DATA`` when set
+    (``"FELIX_JAX_DATA"``), else ``<cache folder>/data`` (``"the user cache"``). Not created here."""
+    env = os.environ.get(DATA_ENV_VAR)
+    if env:
+        return Path(env).expanduser(), DATA_ENV_VAR
+    return user_cache_root() / "data", "the user cache"
+
+
+def shipped_file(relative: str) -> Path | None:
+    """The copy of ``relative`` (e.g. ``traces/felix_reference_300clients.npz``) shipped in the package,
+    or None when felix-jax ships no such file."""
+    if relative not in SHIPPED_FILES:
+        return None
+    path = SHIPPED_DIR / Path(relative).name
+    return path if path.is_file() else None
+
+
+def fetch_hint(relative: str) -> str | None:
+    """``felix-jax data fetch NAME`` for a data set that command gets, else None."""
+    top = Path(relative).parts[0] if Path(relative).parts else ""
+    return {"cifar10": "felix-jax data fetch cifar10",
+            "speech_commands": "felix-jax data fetch speech_commands"}.get(top)
 
 
 def resolve_data_file(relative: str, path: str | os.PathLike | None = None) -> Path:
     """Path of ``relative`` (e.g. ``"traces/flash_speed_distri.json"``).
 
     ``path`` may be the file itself, a data folder (``<path>/<relative>``) or the
-    folder holding the file (``<path>/<basename>``). Without ``path`` the folder
-    named by ``$FELIX_JAX_DATA`` is used. Raises :class:`DataNotFoundError` (a
-    FileNotFoundError) saying how to point at the data, and naming the folder meant when the
-    one given is one level too high or too deep.
+    folder holding the file (``<path>/<basename>``); an explicit ``path`` is the only place looked.
+    Without it, the data home (:func:`data_home`: ``$FELIX_JAX_DATA``, else the user cache's ``data/``),
+    then the copy shipped in the package (the reference traces and FLASH files). Raises
+    :class:`DataNotFoundError` (a FileNotFoundError) saying where it looked and how to get the file,
+    naming the folder meant when the one given is one level too high or too deep.
     """
     rel = Path(relative)
     if path is not None:
-        roots, origin, setting = [Path(path)], f"path={str(path)!r}", "path"
-        if roots[0].is_file():
-            return roots[0]
-    elif os.environ.get(DATA_ENV_VAR):
-        roots, origin, setting = [Path(os.environ[DATA_ENV_VAR])], f"{DATA_ENV_VAR}={os.environ[DATA_ENV_VAR]}", None
+        root, origin, setting = Path(path), f"path={str(path)!r}", "path"
+        if root.is_file():
+            return root
     else:
-        raise DataNotFoundError(
-            f"cannot find {relative}: pass path= or set the environment variable "
-            f"{DATA_ENV_VAR} to a data folder laid out like the shared data "
-            f"(${DATA_ENV_VAR}/{relative})",
-            cli_message=f"cannot find {relative}: set {DATA_ENV_VAR} to a data folder laid out like the shared data "
-                        f"(export {DATA_ENV_VAR}=/path/to/data, holding {relative})",
-        )
-    for root in roots:
-        for candidate in (root / rel, root / rel.name):
-            if candidate.is_file():
-                return candidate
+        root, source = data_home()
+        origin = f"{DATA_ENV_VAR}={os.environ[DATA_ENV_VAR]}" if source == DATA_ENV_VAR else f"the data home {root}"
+        setting = None
+    for candidate in (root / rel, root / rel.name):
+        if candidate.is_file():
+            return candidate
+    if path is None:
+        shipped = shipped_file(relative)
+        if shipped is not None:
+            return shipped
     looked = f"cannot find {relative} under {origin} (looked for <folder>/{relative} and <folder>/{rel.name})"
-    hint = one_level_off_hint(roots[0], relative, setting)
-    raise DataNotFoundError(
-        f"{looked}; " + (hint or f"set {DATA_ENV_VAR} or pass path= pointing at the data folder"),
-        cli_message=f"{looked}; " + (hint or f"set {DATA_ENV_VAR} to the data folder that holds {relative}"),
-    )
+    hint = one_level_off_hint(root, relative, setting) if root.is_dir() else None
+    fetch = fetch_hint(relative)
+    how_py = hint or (f"get it with `{fetch}`, or " if fetch else "") + \
+        f"set {DATA_ENV_VAR} or pass path= pointing at the data folder"
+    how_cli = hint or (f"get it with `{fetch}`, or " if fetch else "") + \
+        f"set {DATA_ENV_VAR} to the data folder that holds {relative}"
+    raise DataNotFoundError(f"{looked}; {how_py}", cli_message=f"{looked}; {how_cli}")
 
 
 class DataNotFoundError(FileNotFoundError):

@@ -1,5 +1,5 @@
 """``felix-jax`` command line (host-only): one module per command (``run``, ``compare``, ``demo``,
-``plot``, ``report``, ``plot-trace``) and :mod:`.common`, what they share (argument helpers, the
+``plot``, ``report``, ``plot-trace``, ``data``) and :mod:`.common`, what they share (argument helpers, the
 one-line errors)."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import argparse
 import sys
 import traceback
 
-from . import compare, demo, plot, plot_trace, report, run
+from . import compare, data, demo, plot, plot_trace, report, run
 from .common import traceback_asked
 
-COMMANDS = (run, compare, demo, plot, report, plot_trace)  # in --help's order
+COMMANDS = (run, compare, demo, plot, report, plot_trace, data)  # in --help's order
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,6 +1,10 @@
-"""CIFAR-10 loaders: the offline JPEG copy, the original binary archive, tfds.
+"""CIFAR-10 loaders: the canonical binary archive, an offline JPEG copy, tfds.
 
-All three return an :class:`~felix_jax.data.dataset.ArrayDataset` with uint8
+``dataset=cifar10`` (:func:`load_cifar10`) reads whichever of the first two the data folder holds: the
+canonical archive ``cifar10/cifar-10-binary.tar.gz`` (what ``felix-jax data fetch cifar10`` downloads:
+exact pixels), else the JPEG copy ``cifar10/cifar10_jpeg_bytes.npz``.
+
+All of them return an :class:`~felix_jax.data.dataset.ArrayDataset` with uint8
 images ``(N, 32, 32, 3)`` (50,000 train / 10,000 test for the full set), int32
 labels in ``[0, 10)``, ``input_scale = 1/255`` and the usual CIFAR-10 per-channel
 normalisation ``mean = (0.4914, 0.4822, 0.4465)``, ``std = (0.2470, 0.2435, 0.2616)``.
@@ -22,7 +26,7 @@ import numpy as np
 
 from .cache import cached_arrays, source_fingerprint
 from .dataset import ArrayDataset
-from .paths import DataFileError, data_file, open_npz, reading
+from .paths import DataFileError, data_file, open_npz, reading, resolve_data_dir
 
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
@@ -31,6 +35,8 @@ CIFAR10_CLASSES = (
 )
 SHARED_RELPATH = "cifar10/cifar10_jpeg_bytes.npz"
 BINARY_RELPATH = "cifar10/cifar-10-binary.tar.gz"
+# dataset=cifar10 reads the first of these that the data folder holds
+CIFAR10_FILES = (BINARY_RELPATH, SHARED_RELPATH)
 
 _JPEG_CAVEAT = (
     "Decoded from a JPEG copy of CIFAR-10 (quality 75, 4:2:0 chroma): pixels are not "
@@ -261,7 +267,7 @@ def _read_binary_members(path: Path) -> dict[str, bytes]:
     return found
 
 
-def load_cifar10_binary(path: str | os.PathLike | None = None) -> ArrayDataset:
+def load_cifar10_binary(path: str | os.PathLike | None = None, *, cache: bool = True) -> ArrayDataset:
     """CIFAR-10 from the original ``cifar-10-binary.tar.gz`` (exact pixels).
 
     The archive (https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz) holds
@@ -272,6 +278,8 @@ def load_cifar10_binary(path: str | os.PathLike | None = None) -> ArrayDataset:
     Args:
       path: the ``.tar.gz`` (or ``.tar``), or a folder holding the extracted
         ``.bin`` files; default ``<data folder>/cifar10/cifar-10-binary.tar.gz``.
+      cache: keep the parsed arrays in the cache folder (``$FELIX_JAX_CACHE``), keyed by the archive's
+        path, size and modification time (an archive is decompressed once).
 
     Raises:
       FileNotFoundError: the archive does not exist.
@@ -280,6 +288,16 @@ def load_cifar10_binary(path: str | os.PathLike | None = None) -> ArrayDataset:
     path = data_file(BINARY_RELPATH) if path is None else Path(path).expanduser()
     if not path.exists():
         raise FileNotFoundError(f"CIFAR-10 binary archive {str(path)!r} does not exist")
+    if path.is_file():
+        arrays = cached_arrays("cifar10_binary", {"source": source_fingerprint(path), "version": _CACHE_VERSION},
+                               lambda: _binary_arrays(path), enabled=cache)
+    else:
+        arrays = _binary_arrays(path)
+    return _make("cifar10", arrays["train_x"], arrays["train_y"], arrays["test_x"], arrays["test_y"],
+                 [str(c) for c in arrays["classes"]], "CIFAR-10 (original binary archive, exact pixels).")
+
+
+def _binary_arrays(path: Path) -> dict[str, np.ndarray]:
     members = _read_binary_members(path)
     missing = [m for m in (*_TRAIN_BATCHES, _TEST_BATCH) if m not in members]
     if missing:
@@ -293,11 +311,29 @@ def load_cifar10_binary(path: str | os.PathLike | None = None) -> ArrayDataset:
     meta = members.get("batches.meta.txt", b"").decode("utf-8", "replace").split()
     if len(meta) == 10:
         classes = tuple(meta)
-    return _make(
-        "cifar10",
-        np.concatenate([x for x, _ in train]), np.concatenate([y for _, y in train]),
-        test_x, test_y, classes, "CIFAR-10 (original binary archive, exact pixels).",
-    )
+    return {"train_x": np.concatenate([x for x, _ in train]), "train_y": np.concatenate([y for _, y in train]),
+            "test_x": test_x, "test_y": test_y, "classes": np.array(classes)}
+
+
+def cifar10_file(data_dir: str | os.PathLike | None = None) -> Path:
+    """The file ``dataset=cifar10`` reads: the first of :data:`CIFAR10_FILES` in the data folder (``data_dir``,
+    else the data home). Raises DataNotFoundError naming the canonical archive's path and
+    ``felix-jax data fetch cifar10``."""
+    root = resolve_data_dir(data_dir)
+    for relative in CIFAR10_FILES:
+        if (root / relative).is_file():
+            return root / relative
+    return data_file(BINARY_RELPATH, data_dir)  # the error: the canonical archive's path and the fetch
+
+
+def load_cifar10(data_dir: str | os.PathLike | None = None, *, cache: bool = True) -> ArrayDataset:
+    """CIFAR-10 from the data folder: the canonical binary archive when there (exact pixels, what
+    ``felix-jax data fetch cifar10`` downloads), else the offline JPEG copy (:func:`load_cifar10_shared`,
+    whose caveat its description carries). The decoded arrays are cached either way."""
+    path = cifar10_file(data_dir)
+    if path.name == Path(BINARY_RELPATH).name:
+        return load_cifar10_binary(path, cache=cache)
+    return load_cifar10_shared(data_dir, cache=cache)
 
 
 # ----------------------------------------------------------------------------

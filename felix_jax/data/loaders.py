@@ -1,16 +1,19 @@
 """All data-set loaders in one place, plus a by-name entry point.
 
+The data home is ``$FELIX_JAX_DATA`` when set, else ``data/`` in the user cache (:mod:`.paths`).
+
 Each loader returns an :class:`~felix_jax.data.dataset.ArrayDataset`:
 
 ====================  ==========================================  ==================
 name                  loader                                      needs
 ====================  ==========================================  ==================
 ``digits``            :func:`load_digits_embedded`                nothing (sklearn)
-``cifar10``           :func:`load_cifar10_shared`                 ``$FELIX_JAX_DATA``
+``cifar10``           :func:`load_cifar10`: the binary archive,   the data home
+                      else the JPEG copy                          (``felix-jax data fetch cifar10``)
 ``cifar10_binary``    :func:`load_cifar10_binary`                 the original tar.gz
 ``cifar10_tfds``      :func:`load_cifar10_tfds`                   TensorFlow + network
-``speech_commands``   :func:`load_speech_commands_shared` (12)    ``$FELIX_JAX_DATA``
-``speech_commands35`` :func:`load_speech_commands_shared` (35)    ``$FELIX_JAX_DATA``
+``speech_commands``   :func:`load_speech_commands_shared` (12)    the data home
+``speech_commands35`` :func:`load_speech_commands_shared` (35)    (``felix-jax data fetch speech_commands``)
 ``speech_commands_tfds`` :func:`load_speech_commands_tfds`        TensorFlow + network
 ``PATH.npz``          :func:`~.user.load_arrays_npz`              your arrays
 ``tfds:NAME``         :func:`~.user.load_tfds_dataset`            TensorFlow (+ network)
@@ -22,7 +25,7 @@ from __future__ import annotations
 import functools
 from typing import Callable
 
-from .cifar10 import load_cifar10_binary, load_cifar10_shared, load_cifar10_tfds
+from .cifar10 import load_cifar10, load_cifar10_binary, load_cifar10_shared, load_cifar10_tfds
 from .dataset import ArrayDataset
 from .embedded import load_digits_embedded
 from .paths import resolve_cache_dir, resolve_data_dir
@@ -31,7 +34,7 @@ from .user import load_arrays_npz, load_tfds_dataset
 
 LOADERS: dict[str, Callable[..., ArrayDataset]] = {
     "digits": load_digits_embedded,
-    "cifar10": load_cifar10_shared,
+    "cifar10": load_cifar10,
     "cifar10_binary": load_cifar10_binary,
     "cifar10_tfds": load_cifar10_tfds,
     "speech_commands": functools.partial(load_speech_commands_shared, labels="12"),
@@ -62,6 +65,7 @@ __all__ = [
     "LOADERS",
     "load_dataset",
     "load_digits_embedded",
+    "load_cifar10",
     "load_cifar10_shared",
     "load_cifar10_binary",
     "load_cifar10_tfds",

@@ -13,8 +13,13 @@ channel axis so an image CNN can take it), or the raw waveform.
 
 from __future__ import annotations
 
+import io
 import os
 import re
+import tarfile
+import tempfile
+import wave
+from pathlib import Path
 
 import numpy as np
 
@@ -24,6 +29,14 @@ from .features import log_mel_in_chunks
 from .paths import DataFileError, data_file, open_npz, reading
 
 SHARED_RELPATH = "speech_commands/speech_commands_v0.02_test.npz"
+# the canonical test-set archive (felix-jax data fetch speech_commands), converted once into SHARED_RELPATH
+TEST_ARCHIVE_RELPATH = "speech_commands/speech_commands_test_set_v0.02.tar.gz"
+COMMAND_WORDS = ("down", "go", "left", "no", "off", "on", "right", "stop", "up", "yes")
+CLASSES12 = ("_silence_", "_unknown_") + COMMAND_WORDS
+# the 35 words of v0.02, after _silence_ (the ``word`` codes)
+WORDS = ("_silence_", "backward", "bed", "bird", "cat", "dog", "down", "eight", "five", "follow", "forward", "four",
+         "go", "happy", "house", "learn", "left", "marvin", "nine", "no", "off", "on", "one", "right", "seven",
+         "sheila", "six", "stop", "three", "tree", "two", "up", "visual", "wow", "yes", "zero")
 SAMPLE_RATE = 16000
 CLIP_SAMPLES = 16000
 LOGMEL_PARAMS = dict(sample_rate=16000, n_fft=512, win_length=400, hop_length=160, n_mels=40, fmin=20.0, fmax=8000.0)
@@ -82,6 +95,64 @@ def _features(audio: np.ndarray, feature: str) -> dict[str, np.ndarray]:
     if feature == "waveform":
         return {"x": np.asarray(audio, np.int16)}
     raise ValueError(f"feature must be 'logmel' or 'waveform', got {feature!r}")
+
+
+def convert_test_archive(archive: str | os.PathLike, out: str | os.PathLike) -> Path:
+    """The official test-set archive (``speech_commands_test_set_v0.02.tar.gz``: a folder per class of the
+    12-class task, ``_silence_``, ``_unknown_`` and the ten commands, of 16 kHz mono 16-bit WAV clips)
+    as the npz :func:`load_speech_commands_shared` reads, written atomically at ``out``.
+
+    Clips are zero-padded (or cut) to one second and ordered by class then file name; ``word`` is the
+    class folder for a command, the file name's prefix for an ``_unknown_`` clip
+    (``backward_0c540988_nohash_0.wav.wav``) and ``_silence_`` (0) for a silence clip. Raises
+    DataFileError naming the archive for a member that is not such a clip."""
+    archive, out = Path(archive), Path(out)
+    code12 = {c: i for i, c in enumerate(CLASSES12)}
+    code35 = {w: i for i, w in enumerate(WORDS)}
+    clips: list[tuple[int, str, int, np.ndarray]] = []
+    with reading(archive, "the Speech Commands test-set archive (a tar.gz of <class>/<clip>.wav)"), \
+            tarfile.open(archive, "r:*") as tar:
+        for member in tar:
+            parts = Path(member.name).parts
+            if not member.isfile() or not member.name.endswith(".wav") or len(parts) < 2 \
+                    or parts[-2] not in code12:
+                continue
+            label, name = parts[-2], parts[-1]
+            if label == "_unknown_":
+                word = name.split("_", 1)[0]
+            else:
+                word = "_silence_" if label == "_silence_" else label
+            if word not in code35:
+                raise DataFileError(archive, f"{member.name}: word {word!r} is not one of Speech Commands' 35")
+            try:
+                with wave.open(io.BytesIO(tar.extractfile(member).read())) as w:
+                    form = (w.getframerate(), w.getsampwidth(), w.getnchannels())
+                    pcm = np.frombuffer(w.readframes(CLIP_SAMPLES), "<i2") if form == (SAMPLE_RATE, 2, 1) else None
+            except (wave.Error, EOFError) as e:
+                raise DataFileError(archive, f"{member.name}: not a WAV clip ({e})") from None
+            if pcm is None:
+                raise DataFileError(archive, f"{member.name}: {form[0]} Hz, {8 * form[1]}-bit, {form[2]} channel(s); "
+                                             "expected 16 kHz 16-bit mono")
+            clip = np.zeros(CLIP_SAMPLES, np.int16)
+            clip[:pcm.size] = pcm
+            clips.append((code12[label], name, code35[word], clip))
+    if not clips:
+        raise DataFileError(archive, "holds no <class>/<clip>.wav member of the 12-class task")
+    clips.sort(key=lambda c: (c[0], c[1]))
+    arrays = {"audio": np.stack([c[3] for c in clips]), "label12": np.array([c[0] for c in clips], np.uint8),
+              "classes12": np.array(CLASSES12), "word": np.array([c[2] for c in clips], np.uint8),
+              "words": np.array(WORDS), "filenames": np.array([c[1] for c in clips])}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=out.name + ".", suffix=".part", dir=out.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, out)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return out
 
 
 def speaker_split(

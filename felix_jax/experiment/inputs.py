@@ -30,10 +30,10 @@ class InputsChanged(OptionError):
 
 def input_files(sc: Scenario, scenario_file: str | os.PathLike | None = None) -> dict[str, str]:
     """``{absolute path: role}`` of every file a run of ``sc`` reads (roles: dataset, trace, device_profile,
-    plugin, scenario). Files of the shared data folder are named only when the folder is set and holds them
-    (a run without them fails before it records anything)."""
-    from ..data.cifar10 import BINARY_RELPATH, SHARED_RELPATH as CIFAR_RELPATH
-    from ..data.speech_commands import SHARED_RELPATH as SPEECH_RELPATH
+    plugin, scenario). A named data set or reference file is named where it is found (the data home, else
+    the copy shipped in the package); one not found is left out (a run without it fails before it records
+    anything)."""
+    from ..data import catalog
     from .registry import is_file_name
 
     files: dict[str, str] = {}
@@ -43,31 +43,36 @@ def input_files(sc: Scenario, scenario_file: str | os.PathLike | None = None) ->
         if p.is_file():
             files.setdefault(str(p.resolve()), role)
 
-    def shared(relative: str, role: str) -> None:
-        root = os.environ.get("FELIX_JAX_DATA")
-        if root:
-            add(Path(root) / relative, role)
+    def named(name: str, role: str) -> None:
+        if name == "flash":
+            for p in _flash_files():
+                add(p, role)
+            return
+        found = catalog.locate(name)
+        if found is not None:
+            add(found, role)
 
-    reference = "traces/felix_reference_300clients.npz"
-    named_data = {"cifar10": CIFAR_RELPATH, "cifar10_binary": BINARY_RELPATH,
-                  "speech_commands": SPEECH_RELPATH, "speech_commands35": SPEECH_RELPATH}
     if sc.dataset.lower().endswith(".npz"):
         add(sc.dataset, "dataset")
-    elif sc.dataset in named_data:
-        shared(named_data[sc.dataset], "dataset")
+    elif sc.dataset == "cifar10_binary":
+        from ..data.cifar10 import BINARY_RELPATH
+        from ..traces.data_paths import data_home
+
+        add(data_home()[0] / BINARY_RELPATH, "dataset")
+    elif sc.dataset in catalog.DATASET_FIELD:
+        named(catalog.DATASET_FIELD[sc.dataset], "dataset")
     if sc.partition == "reference":
-        shared(reference, "dataset")
+        named("reference_traces", "dataset")
     if is_file_name(sc.availability):
         add(sc.availability, "trace")
     elif sc.availability.startswith("ref:") or sc.availability == "mobiperf":
-        shared(reference, "trace")
+        named("reference_traces", "trace")
     if is_file_name(sc.device_profile):
         add(sc.device_profile, "device_profile")
     elif sc.device_profile == "reference":
-        shared(reference, "device_profile")
+        named("reference_traces", "device_profile")
     elif sc.device_profile == "flash":
-        for name in ("flash_benchmark2score.json", "flash_raw_ai_benchmark_list.json", "flash_speed_distri.json"):
-            shared(f"traces/{name}", "device_profile")
+        named("flash", "device_profile")
     for item in filter(None, (p.strip() for p in sc.plugins.split(","))):
         if item.endswith(".py"):
             add(item, "plugin")
@@ -83,14 +88,62 @@ def input_files(sc: Scenario, scenario_file: str | os.PathLike | None = None) ->
     return files
 
 
-SHARED_DATA_SETS = ("cifar10", "cifar10_binary", "speech_commands", "speech_commands35")
+def _flash_files() -> list[Path]:
+    from ..traces.data_paths import resolve_data_file
+
+    out = []
+    for name in ("flash_benchmark2score.json", "flash_raw_ai_benchmark_list.json", "flash_speed_distri.json"):
+        try:
+            out.append(resolve_data_file(f"traces/{name}"))
+        except FileNotFoundError:
+            pass
+    return out
+
+
+def data_needed(sc: Scenario) -> list[str]:
+    """The named data sets (felix_jax.data.catalog) a run of ``sc`` reads, in a fixed order."""
+    from ..data import catalog
+
+    need = []
+    if sc.dataset in catalog.DATASET_FIELD:
+        need.append(catalog.DATASET_FIELD[sc.dataset])
+    if (sc.partition == "reference" or sc.availability == "mobiperf" or sc.availability.startswith("ref:")
+            or sc.device_profile == "reference"):
+        need.append("reference_traces")
+    if sc.device_profile == "flash":
+        need.append("flash")
+    return need
 
 
 def needs_data_folder(sc: Scenario) -> bool:
-    """Whether a run of ``sc`` reads the shared data folder (``FELIX_JAX_DATA``): a named data set of it,
-    the reference partition, a reference trace or the reference / FLASH device profiles."""
-    return (sc.dataset in SHARED_DATA_SETS or sc.partition == "reference" or sc.availability == "mobiperf"
-            or sc.availability.startswith("ref:") or sc.device_profile in ("reference", "flash"))
+    """Whether a run of ``sc`` reads a data set that is fetched rather than shipped (CIFAR-10, Speech
+    Commands): the ones :func:`missing_data` checks before any work."""
+    from ..data import catalog
+
+    return any(not catalog.get(name).shipped for name in data_needed(sc))
+
+
+def missing_data(sc: Scenario) -> str | None:
+    """One line naming the first data set a run of ``sc`` needs that is not here, the file looked for and
+    the command that gets it; None when every one is here. Said before any work (no results folder)."""
+    from ..data import catalog
+    from ..data.download import size_text
+    from ..traces.data_paths import DATA_ENV_VAR, data_home
+
+    home, source = data_home()
+    for name in data_needed(sc):
+        if catalog.locate(name) is not None:
+            continue
+        ds = catalog.get(name)
+        where = f"{DATA_ENV_VAR}={home}" if source == DATA_ENV_VAR else f"the data home {home}"
+        looked = " or ".join(str(home / f) for f in ds.files)
+        if ds.shipped:  # a broken install: the package data is gone
+            return (f"{sc.name} needs {ds.title}, which ships with felix-jax, but {looked} is missing "
+                    "(reinstall felix-jax)")
+        size = size_text(ds.archive.size)
+        return (f"{sc.name} needs {name} ({ds.title}), not found in {where} (looked for {looked}): get it with "
+                f"`{catalog.fetch_command(name)}` ({size} download)")
+    return None
 
 
 @functools.lru_cache(maxsize=256)
