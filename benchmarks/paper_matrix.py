@@ -13,8 +13,11 @@ OORT+Async(*) with FeLiX's step size (FedBuff weights rescaled to TierFuse's tot
 OORT+Async with TierTrack; OORT* and OORT+Async* running FedScale's Oort.
 
 Every cell is a folder under ``--out``/runs; a rerun skips cells that finished
-(same scenario), so a killed matrix continues. Cells that do not fit ``--budget-s``
-are listed as not run. Writes ``--out``/table.md, ``--out``/figures (the accuracy curves,
+(same scenario), so a killed matrix continues. Ctrl-C or SIGTERM (with any ``--workers``)
+starts no other cell and stops each running one after its current event with its results and a
+snapshot; the same command then continues them. Each running cell prints a progress line as it
+goes; the matrix's ETA honours ``--budget-s`` and ``--cell-budget-s``. Cells that do not fit
+``--budget-s`` are listed as not run. Writes ``--out``/table.md, ``--out``/figures (the accuracy curves,
 bytes, distributions and the paper's diagnostic figures 13-15) and ``--json`` (rows, table).
 Needs FELIX_JAX_DATA (CIFAR-10 and the reference traces). ``--scenario speech-longhorizon
 --regimes ref:mobiperf_3st_50 --ablation-regimes ref:mobiperf_3st_50`` runs the speech comparison
@@ -24,6 +27,8 @@ Needs FELIX_JAX_DATA (CIFAR-10 and the reference traces). ``--scenario speech-lo
 from __future__ import annotations
 
 import json
+import signal
+import sys
 import time
 from pathlib import Path
 
@@ -38,7 +43,7 @@ from felix_jax.experiment import get_preset
 from felix_jax.experiment.compare import (SUMMARY_COLUMNS, cell_dir, cell_overrides, finished_summary,
                                           plot_comparison, run_matrix)
 from felix_jax.experiment.inputs import needs_data_folder
-from felix_jax.experiment.matrix import resolve_regimes
+from felix_jax.experiment.matrix import MatrixInterrupted, resolve_regimes, stopped_at_once
 from felix_jax.experiment.paper_figures import plot_paper_figures
 from felix_jax.experiment.sweep import default_batch
 
@@ -311,10 +316,17 @@ def main(argv=None) -> dict:
         return {"rows": rows, "table": table, "diagnostics": diagnostics}
     t0 = time.perf_counter()
     batch = default_batch() if args.batch is None else args.batch
-    rows = run_matrix(base, [], [], [], out, progress=False, workers=args.workers, cells=cells,
-                      deadline=time.time() + args.budget_s, plot=False, cell_budget_s=args.cell_budget_s,
-                      batch=1 if args.workers > 1 and args.batch is None else batch, executor=args.executor,
-                      ray_address=args.ray_address, snapshot_minutes=args.snapshot_minutes)
+    try:
+        rows = run_matrix(base, [], [], [], out, workers=args.workers, cells=cells,
+                          deadline=time.time() + args.budget_s, plot=False, cell_budget_s=args.cell_budget_s,
+                          batch=1 if args.workers > 1 and args.batch is None else batch, executor=args.executor,
+                          ray_address=args.ray_address, snapshot_minutes=args.snapshot_minutes, stop_on_signals=True)
+    except MatrixInterrupted as e:  # the running cells stopped whole, with snapshots: the same command continues
+        print(f"paper_matrix.py: {e.explain(out)}", file=sys.stderr)
+        raise SystemExit(128 + e.signum)
+    except KeyboardInterrupt:  # a second signal: stopped at once
+        print(f"paper_matrix.py: {stopped_at_once(out)}", file=sys.stderr)
+        raise SystemExit(128 + signal.SIGINT)
     finished = {(r["strategy"], r["availability"], r["seed"]) for r in rows}
     skipped = [f"{st}/{rg}/seed{sd}" for st, rg, sd in cells if (st, rg, sd) not in finished]
     out.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import signal
 import sys
 import traceback
 from typing import Any, Callable
@@ -140,9 +141,15 @@ def earlier_rows(path: str, script: str, option: str = "--out", purpose: str = "
 
 def run_script(prog: str, main: Callable[..., Any], argv: list[str] | None = None) -> Any:
     """Calls ``main(argv)``; a user error it raises (:data:`USER_ERRORS`, a ``ValueError``) ends the
-    process with one line ``PROG: message`` and exit status 1 (its stack above it when asked for)."""
+    process with one line ``PROG: message`` and exit status 1 (its stack above it when asked for), and
+    a Ctrl-C that the script does not handle itself with ``PROG: interrupted`` and status 130."""
     try:
         return main(argv)
+    except KeyboardInterrupt as e:
+        if traceback_asked():
+            traceback.print_exception(e, file=sys.stderr)
+        print(f"{prog}: interrupted", file=sys.stderr)
+        raise SystemExit(128 + signal.SIGINT) from None
     except (*USER_ERRORS, ValueError) as e:
         if traceback_asked():
             traceback.print_exception(e, file=sys.stderr)

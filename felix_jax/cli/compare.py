@@ -129,7 +129,7 @@ def _check_cell_folders(regimes: list[str]) -> None:
 
 def _compare_locked(args, base, strategies, regimes, seeds, out: Path) -> int:
     from ..experiment.figures.comparison import plot_comparison
-    from ..experiment.matrix import CellChanged, MatrixInterrupted, all_kept, run_matrix
+    from ..experiment.matrix import CellChanged, MatrixInterrupted, all_kept, run_matrix, stopped_at_once
     from ..experiment.ray_executor import ClusterError
     from ..experiment.report import write_report
     from ..experiment.tables import write_tables
@@ -147,11 +147,10 @@ def _compare_locked(args, base, strategies, regimes, seeds, out: Path) -> int:
             more = "; its cell stopped with its results so far: once the plugin is fixed, the same command continues it"
         raise SystemExit(f"felix-jax compare: {one_line(e)}{more}")
     except MatrixInterrupted as e:  # the running cells stopped whole, with snapshots: the same command continues
-        print(f"felix-jax compare: {_interrupted(e, out)}", file=sys.stderr)
+        print(f"felix-jax compare: {e.explain(out)}", file=sys.stderr)
         raise SystemExit(128 + e.signum)
     except KeyboardInterrupt:  # a second interrupt (or Ray's batches, which stop at once): finished cells are on disk
-        print(f"felix-jax compare: interrupted, stopped at once; finished cells are kept in {out}/runs, and "
-              "the same command continues from them (a cell stopped at once starts again)", file=sys.stderr)
+        print(f"felix-jax compare: {stopped_at_once(out)}", file=sys.stderr)
         raise SystemExit(128 + signal.SIGINT)
     from ..experiment.sweep_axes import comparison_view, write_comparison_json
 
@@ -170,17 +169,6 @@ def _compare_locked(args, base, strategies, regimes, seeds, out: Path) -> int:
           + "".join(f"{p}, " for p in [split_csv] if p is not None)
           + ", ".join(str(p) for p in figures) + f", {write_report(out)}")
     return 0
-
-
-def _interrupted(e, out: Path) -> str:
-    """What a signal left of the comparison, and the command that continues it."""
-    name = signal.Signals(e.signum).name
-    stopped = (f"{len(e.stopped)} running cell{'s' if len(e.stopped) != 1 else ''} stopped after its current event "
-               f"with its results so far and a snapshot ({', '.join(p.name for p in e.stopped)})"
-               if e.stopped else "no cell was running")
-    left = f"; {e.not_started} not started" if e.not_started else ""
-    return (f"interrupted by {name}: {stopped}{left}; finished cells are kept in {out}/runs; run the same command "
-            "again to continue")
 
 
 def add_parser(sub) -> argparse.ArgumentParser:

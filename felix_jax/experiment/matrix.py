@@ -21,7 +21,7 @@ from typing import Callable
 
 from .cells import cell_dir, cell_overrides, regime_label
 from .inputs import changed_in_folder
-from .progress import budget_share, comparison_eta
+from .progress import RunProgress, budget_share, comparison_eta
 from .runner import run
 from .scenario import Scenario
 from .stops import DEVICE_ERROR, PLUGIN_ERROR, POLICY_ERROR
@@ -41,6 +41,26 @@ class MatrixInterrupted(Exception):
     def __init__(self, signum: int, stopped: list[Path], not_started: int):
         super().__init__(f"stopped by signal {signum}")
         self.signum, self.stopped, self.not_started = signum, stopped, not_started
+
+    def explain(self, out: Path) -> str:
+        """What the signal left of the comparison in ``out``, and how to continue it (one line)."""
+        import signal
+
+        name = signal.Signals(self.signum).name
+        n = len(self.stopped)
+        stopped = (f"{n} running cell{'s' if n != 1 else ''} stopped after {'its' if n == 1 else 'their'} current "
+                   f"event with {'its' if n == 1 else 'their'} results so far and a snapshot "
+                   f"({', '.join(p.name for p in self.stopped)})" if self.stopped else "no cell was running")
+        left = f"; {self.not_started} not started" if self.not_started else ""
+        return (f"interrupted by {name}: {stopped}{left}; finished cells are kept in {out}/runs; run the same "
+                "command again to continue")
+
+
+def stopped_at_once(out: Path) -> str:
+    """The line for a comparison that a second signal stopped at once (its running cells without a stop
+    snapshot): what ``out`` keeps, and how to continue."""
+    return (f"interrupted, stopped at once; finished cells are kept in {out}/runs, and the same command continues "
+            "from them (a cell stopped at once starts again)")
 
 
 def resolve_regimes(base: Scenario, regimes: list[str]) -> list[str]:
@@ -123,27 +143,50 @@ def _killed_with_snapshot(sc: Scenario, run_dir: Path) -> bool:
         and not changed_in_folder(run_dir)
 
 
-def _run_cell(sc: Scenario, run_dir: Path, progress: bool, deadline: float = math.inf,
+CELL_LINES_EVERY_S = 30.0  # a progress line per running cell in worker processes, at most this often
+
+
+def cell_name(label: str, sc: Scenario) -> str:
+    """A cell as the comparison's lines name it: ``felix on 50% (ref:syn_50), seed 0``."""
+    return f"{label} on {regime_label(sc.availability)}, seed {sc.seed}"
+
+
+def _run_cell(sc: Scenario, run_dir: Path, progress: bool | str, deadline: float = math.inf,
               plot: bool = True, cell_budget_s: float | None = None,
-              snapshot_minutes: float | None = None, writers: tuple = (), signals=False) -> dict | None:
+              snapshot_minutes: float | None = None, writers: tuple = (), name: str | None = None,
+              signals=False) -> dict | None:
     """One cell's summary; None if it would start after ``deadline`` (``time.time()``). A cell that a
     signal stopped (its snapshot written at the stop) continues from there, and so does one killed
     outright after a periodic snapshot (``snapshot_minutes``: one every that many minutes of wall
     time); any other unfinished cell starts again. ``signals``: the comparison's
-    :class:`~.stops.StopOnSignals` guard (a signal stops the cell after its current event)."""
+    :class:`~.stops.StopOnSignals` guard (a signal stops the cell after its current event).
+    ``progress="lines"``: a line when the cell starts and a plain progress line every
+    :data:`CELL_LINES_EVERY_S` seconds (a worker process's cell, beside the others'), the cell called
+    ``name``; its ETA honours ``cell_budget_s``."""
     if time.time() > deadline:
         return None
     killed = _killed_with_snapshot(sc, run_dir)
+    resume = killed or _interrupted_with_snapshot(run_dir)
+    if progress == "lines":
+        print(f"{name}: {'resumed from its snapshot' if resume else 'started'}", file=sys.stderr, flush=True)
+
+    def bar() -> RunProgress | bool:
+        if not progress:
+            return False
+        lines = progress == "lines"
+        return RunProgress(sc, True, terminal=False if lines else None, every_s=CELL_LINES_EVERY_S if lines else 15.0,
+                           label=name if lines else None, wall_budget_s=cell_budget_s)
+
     if killed:
         from ..fleet.snapshot import SnapshotError
 
         try:
-            return run(sc, run_dir, progress=progress, plot=plot, wall_budget_s=cell_budget_s, resume=True,
+            return run(sc, run_dir, progress=bar(), plot=plot, wall_budget_s=cell_budget_s, resume=True,
                        snapshot_minutes=snapshot_minutes, writers=writers, stop_on_signals=signals).summary
         except SnapshotError as err:  # written by another felix-jax (a changed simulator): the cell starts again
             print(f"{run_dir}: its snapshot cannot be resumed ({err}); the cell starts again", file=sys.stderr)
     resume = _interrupted_with_snapshot(run_dir)
-    return run(sc, run_dir, progress=progress, plot=plot, wall_budget_s=cell_budget_s, resume=resume,
+    return run(sc, run_dir, progress=bar(), plot=plot, wall_budget_s=cell_budget_s, resume=resume,
                snapshot_minutes=snapshot_minutes, writers=writers, stop_on_signals=signals).summary
 
 
@@ -181,7 +224,10 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
     after its current event with its results so far and a stop snapshot, and no later cell starts; a
     signal while a finished cell writes its files lets it finish them first. ``summary.csv`` is
     written, then :class:`MatrixInterrupted` is raised; the same call again continues from there
-    (cell by cell and in sweep batches; a worker process keeps its own signals).
+    (cell by cell, in sweep batches and in ``workers``: cell_pool.py forwards the stop to them; not
+    with Ray). In ``workers`` each cell prints a line when it starts and a progress line every
+    :data:`CELL_LINES_EVERY_S` seconds, and the comparison's ETA honours the deadline, the workers
+    and ``cell_budget_s`` (progress.comparison_eta).
     """
     todo = cells if cells is not None else [(st, rg, sd) for rg in regimes for st in strategies for sd in seeds]
     scenarios = []
@@ -229,7 +275,7 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
             w.prepare()
     from .stops import StopOnSignals
 
-    signals = StopOnSignals.of(stop_on_signals and executor != "ray" and workers <= 1)
+    signals = StopOnSignals.of(stop_on_signals and executor != "ray")
     with signals:
         if (executor == "ray" or batch > 1) and pending:
             from .sweep import SweepJob, run_sweep
@@ -265,14 +311,15 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
                     if signals.signum is not None:  # stopped between cells: no other starts
                         break
                     sc = scenarios[i]
-                    log(f"[{i + 1}/{len(todo)}] {labels[i]} on {regime_label(sc.availability)}, seed {sc.seed}"
-                        f"{comparison_eta(walls, len(pending) - n, shares)}")
+                    log(f"[{i + 1}/{len(todo)}] {cell_name(labels[i], sc)}"
+                        + comparison_eta(walls, len(pending) - n, shares, cell_budget_s=cell_budget_s,
+                                         starts_left_s=deadline - time.time()))
                     started = time.perf_counter()
                     if cells_bar is not None:
                         cells_bar.set_postfix_str(f"{labels[i]}/{regime_label(sc.availability)}/seed{sc.seed}")
                     run_dir = cell_dir(out, labels[i], sc.availability, sc.seed)
                     summary = _run_cell(sc, run_dir, progress, deadline, plot, cell_budget_s, snapshot_minutes,
-                                        cell_writers[i], signals)
+                                        cell_writers[i], signals=signals)
                     rows[i] = None if summary is None else _row(sc, base, summary, run_dir, labels[i])
                     walls.append(time.perf_counter() - started)
                     shares.append(1.0 if summary is None else budget_share(sc, summary))
@@ -282,27 +329,36 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
                 if cells_bar is not None:
                     cells_bar.close()
         elif pending:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor, as_completed
+            from .cell_pool import run_in_workers
 
-            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-                futures = {pool.submit(_run_cell, scenarios[i], cell_dir(out, labels[i],
-                                       scenarios[i].availability, scenarios[i].seed), False, deadline, plot,
-                                       cell_budget_s, snapshot_minutes, cell_writers[i]): i
-                           for i in pending}
-                started = time.perf_counter()
-                for n, fut in enumerate(as_completed(futures), 1):
-                    i = futures[fut]
-                    sc = scenarios[i]
-                    run_dir = cell_dir(out, labels[i], sc.availability, sc.seed)
-                    summary = fut.result()
-                    if summary is None:
-                        continue
-                    rows[i] = _row(sc, base, summary, run_dir, labels[i])
-                    # cells finish ``workers`` at a time: the mean per finished cell is over the elapsed time
-                    per_cell = [(time.perf_counter() - started) / n] * n
-                    log(f"[{n}/{len(pending)} run] {labels[i]} on {regime_label(sc.availability)}, "
-                        f"seed {sc.seed}: {rows[i]['stop_reason']}{comparison_eta(per_cell, len(pending) - n)}")
+            started = time.perf_counter()
+            shares: list[float] = []  # the share of its budget each finished cell used (progress.budget_share)
+            log(f"{len(pending)} cells to run, {workers} at a time"
+                + ("; each says when it starts and how far it got" if progress else "")
+                + comparison_eta([], len(pending), workers=workers, cell_budget_s=cell_budget_s,
+                                 starts_left_s=deadline - time.time()))
+
+            def finished(k: int, summary: dict | None) -> None:
+                i = pending[k]
+                if summary is None:  # not started: the deadline, or a signal
+                    return
+                sc = scenarios[i]
+                rows[i] = _row(sc, base, summary, cell_dir(out, labels[i], sc.availability, sc.seed), labels[i])
+                shares.append(budget_share(sc, summary))
+                n = len(shares)
+                # ``workers`` at a time: a cell's wall time is the elapsed time per finished cell times that
+                per_cell = (time.perf_counter() - started) * min(workers, len(pending)) / n
+                eta = "" if signals.signum is not None else comparison_eta(
+                    [per_cell] * n, len(pending) - n, shares, workers=workers, cell_budget_s=cell_budget_s,
+                    starts_left_s=deadline - time.time())
+                log(f"[{n}/{len(pending)} run] {cell_name(labels[i], sc)}: {rows[i]['stop_reason']}{eta}")
+
+            run_in_workers(_run_cell, [
+                (scenarios[i], cell_dir(out, labels[i], scenarios[i].availability, scenarios[i].seed),
+                 "lines" if progress else False,
+                 deadline, plot, cell_budget_s, snapshot_minutes, cell_writers[i],
+                 f"[{i + 1}/{len(todo)}] {cell_name(labels[i], scenarios[i])}") for i in pending],
+                workers, signals, finished)
         done = [r for r in rows if r is not None]
         write_summary_csv(done, out)
         if signals.signum is not None:

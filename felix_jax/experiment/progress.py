@@ -25,28 +25,49 @@ def format_seconds(s: float) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
-def comparison_eta(walls: list[float], cells_left: int, shares: list[float] | None = None) -> str:
+def comparison_eta(walls: list[float], cells_left: int, shares: list[float] | None = None, *, workers: int = 1,
+                   cell_budget_s: float | None = None, starts_left_s: float = math.inf) -> str:
     """The whole comparison's ETA for a progress line: the mean wall time of the cells finished so
-    far times the cells left (``""`` before any cell has finished, or with none left). In sweep
-    batches a cell's wall time is its batch's over the batch's experiments. ``shares``: the share of
-    its budget (the nearer cap: :func:`budget_share`) each finished cell used: the line then adds an
-    upper bound, the wall time per whole budget over the cells so far times the cells left, for cells
-    that the target ended early say little of one that runs to its cap."""
-    if not walls or cells_left <= 0:
+    far times the cells left, over the ``workers`` that run them at once (``""`` with no cell left, or
+    with no basis: no finished cell and no ``cell_budget_s``). In sweep batches a cell's wall time is
+    its batch's over the batch's experiments. ``shares``: the share of its budget (the nearer cap:
+    :func:`budget_share`) each finished cell used: the line then adds an upper bound, the wall time per
+    whole budget over the cells so far times the cells left, for cells that the target ended early say
+    little of one that runs to its cap. The cells' caps bound both: ``cell_budget_s`` (each cell stops
+    after that much wall time; before any cell has finished, the bound is that alone), and
+    ``starts_left_s`` (the comparison's budget: no cell starts after that many seconds from now, so
+    the end comes at most one cell later)."""
+    if cells_left <= 0 or (not walls and cell_budget_s is None):
         return ""
-    mean = sum(walls) / len(walls)
+    cap = math.inf if cell_budget_s is None else cell_budget_s
+    lanes = max(1, min(workers, cells_left))
+
+    def total(per_cell: float) -> float:  # the cells left, ``lanes`` at a time, none started after the budget
+        return min(per_cell * cells_left / lanes, starts_left_s + per_cell)
+
+    at_once = f", {lanes} at a time" if lanes > 1 else ""
+    plural = "s" if cells_left != 1 else ""
+    budget = (f"; no cell starts after {format_seconds(starts_left_s)} (the comparison's budget)"
+              if math.isfinite(starts_left_s) else "")
+    if not walls:  # only the cells' own wall cap to go by
+        return (f" | comparison ETA <= {format_seconds(total(cap))} ({cells_left} cell{plural} left, each "
+                f"stopped by {format_seconds(cap)} of wall time{at_once}{budget})")
+    mean = min(sum(walls) / len(walls), cap)
     bound = ""
     if shares is not None and sum(shares) > 0:
-        whole = sum(walls) / sum(shares)  # wall seconds a cell takes to use all of its budget
-        if whole * cells_left > 1.05 * mean * cells_left:
-            bound = f"; <= {format_seconds(whole * cells_left)} if each runs to its cap"
-    return (f" | comparison ETA {format_seconds(mean * cells_left)} ({cells_left} cell"
-            f"{'s' if cells_left != 1 else ''} left at {format_seconds(mean)} per finished cell{bound})")
+        whole = min(sum(walls) / sum(shares), cap)  # wall seconds a cell takes to use all of its budget
+        if total(whole) > 1.05 * total(mean):
+            bound = f"; <= {format_seconds(total(whole))} if each runs to its cap"
+    return (f" | comparison ETA {format_seconds(total(mean))} ({cells_left} cell{plural} left at "
+            f"{format_seconds(mean)} per finished cell{at_once}{bound}{budget})")
 
 
 def budget_share(sc: "Scenario", summary: dict) -> float:
     """The share of its stop rule's budget a finished run used: the nearer of aggregations over
-    ``max_aggregations`` and virtual time over ``max_virtual_hours`` (1 for a run stopped at a cap)."""
+    ``max_aggregations`` and virtual time over ``max_virtual_hours`` (1 for a run stopped at a cap,
+    its wall budget included: a cell cut at ``cell_budget_s`` ran as long as it may)."""
+    if summary.get("stop_reason") == "wall_budget":
+        return 1.0
     shares = [summary.get("aggregations", 0) / sc.max_aggregations]
     if math.isfinite(sc.max_virtual_hours):
         shares.append(summary.get("end_time_s", 0.0) / (sc.max_virtual_hours * 3600))
@@ -90,7 +111,10 @@ class RunProgress:
     it) to the latest, over at most the last ``recent`` checkpoints (default: all of them): a run's
     rate steadies as it goes, so the ETA does not swing with a few fast or slow aggregations. It needs
     3 checkpoints (before that, and once a stop is reached, ``ETA -``); with a target it reads
-    ``<= T`` (the cap's, an upper bound: the target may end the run sooner).
+    ``<= T`` (the cap's, an upper bound: the target may end the run sooner). ``wall_budget_s``: the
+    run stops after that much wall time (a comparison's ``cell_budget_s``), from this object's
+    creation: the ETA is never later, and before there is a rate it is that bound (``<= T``).
+    ``label``: what the lines and the bar call the run (default ``strategy/regime``).
 
     On a terminal a tqdm bar; elsewhere (a notebook, a log file) plain lines, at most one per
     ``every_s`` seconds of wall time and one at the end. Fed every checkpoint; ``latest`` holds the
@@ -98,10 +122,13 @@ class RunProgress:
     """
 
     def __init__(self, sc: Scenario, enabled: bool, clock: Callable[[], float] = time.perf_counter,
-                 recent: int | None = None, every_s: float = 15.0, terminal: bool | None = None):
+                 recent: int | None = None, every_s: float = 15.0, terminal: bool | None = None,
+                 label: str | None = None, wall_budget_s: float | None = None):
         self.stop = StopRule(target_accuracy=sc.target_accuracy, max_virtual_s=sc.max_virtual_hours * 3600,
                              max_aggregations=sc.max_aggregations, stop_at_target=sc.stop_at_target)
         self.clock = clock
+        self.wall_end = math.inf if wall_budget_s is None else clock() + wall_budget_s
+        self._eta_bound = False  # the ETA is the wall budget's, an upper bound (no rate yet)
         self.accuracies: list[float] = []
         # (wall, version, virtual s) of the checkpoints after the initial model's: the rate runs from the
         # oldest kept to the latest; with every checkpoint counted (recent=None) only the first, the latest
@@ -116,7 +143,7 @@ class RunProgress:
         self.lines = False  # plain periodic lines instead of a bar
         self.every_s, self._last_line, self._last_cp, self._printed = every_s, -math.inf, None, None
         self._shown = 0.0
-        self.label = f"{sc.strategy}/{Path(sc.availability).name}"
+        self.label = label or f"{sc.strategy}/{Path(sc.availability).name}"
         if enabled:
             terminal = sys.stderr.isatty() if terminal is None else terminal
             if terminal:
@@ -148,7 +175,14 @@ class RunProgress:
         return self.latest
 
     def _eta(self, cp: Checkpoint) -> float | None:
-        """Wall seconds to the nearest cap at the rate since the oldest sample kept."""
+        """Wall seconds to the nearest cap: the aggregations' and virtual time's at the rate since the
+        oldest sample kept, and the wall budget's."""
+        wall_left = max(self.wall_end - self.clock(), 0.0) if math.isfinite(self.wall_end) else None
+        rate_eta = self._rate_eta(cp)
+        self._eta_bound = rate_eta is None and wall_left is not None
+        return min((e for e in (rate_eta, wall_left) if e is not None), default=None)
+
+    def _rate_eta(self, cp: Checkpoint) -> float | None:
         if (self._seen if self.recent is None else len(self.samples)) < 3:  # no rate to speak of yet
             return None
         wall0, version0, time0 = self._first if self.recent is None else self.samples[0]
@@ -174,7 +208,7 @@ class RunProgress:
         hours = f"{cp.time_s / 3600:.2f}"
         hours += f" of {stop.max_virtual_s / 3600:g} virtual h" if p.virtual_time is not None else " virtual h"
         eta = "-" if p.eta_s is None else format_seconds(p.eta_s)
-        if p.eta_s is not None and p.accuracy is not None:  # the target may end the run before the cap
+        if p.eta_s is not None and (p.accuracy is not None or self._eta_bound):  # it may end before the cap
             eta = "<= " + eta
         return f"agg {cp.version}/{stop.max_aggregations} | {hours} | {acc} | ETA {eta}"
 

@@ -43,7 +43,7 @@ class RunResult:
     plugin_error: BaseException | None = None
 
 
-def run(sc: Scenario, out_dir: str | Path | None = None, progress: bool = False, plot: bool = True,
+def run(sc: Scenario, out_dir: str | Path | None = None, progress: bool | RunProgress = False, plot: bool = True,
         stop_on_signals: bool = False, snapshot_every: int | None = None, snapshot_minutes: float | None = None,
         resume: bool = False, wall_budget_s: float | None = None, batch=None, writers=None,
         scenario_file: str | Path | None = None) -> RunResult:
@@ -54,7 +54,9 @@ def run(sc: Scenario, out_dir: str | Path | None = None, progress: bool = False,
     when this run has finished (it writes to a staging folder inside, swapped in at the end: a
     run that fails leaves them as they were); ``config.json`` is written once the fleet is built,
     ``metrics.csv`` gains a flushed row at every test checkpoint, and ``summary.json``,
-    ``distributions.json`` and ``accuracy.png`` are written when the run stops.
+    ``distributions.json`` and ``accuracy.png`` are written when the run stops. ``progress``: a bar
+    (plain lines off a terminal), or a :class:`~.progress.RunProgress` of the caller's (a comparison's
+    cell, labelled as the comparison names it).
     ``stop_on_signals``: during the run, SIGINT / SIGTERM stop it after the current event;
     the results are then complete up to that point, with stop reason ``"interrupted"`` and
     ``RunResult.interrupted_by`` set to the signal (the ``felix-jax run`` command uses this). A
@@ -143,7 +145,7 @@ def _run(sc, out_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_
 
 def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_minutes, resume,
               wall_budget_s, batch, t_call, writers=(), final_out=None, scenario_file=None) -> RunResult:
-    bar = RunProgress(sc, progress)
+    bar = progress if isinstance(progress, RunProgress) else RunProgress(sc, progress)
     stream: MetricsStream | None = None
     feed = None  # the metric writers' logs (experiment/writers/)
     timer: threading.Timer | None = None

@@ -52,6 +52,7 @@ class StopOnSignals:
     def __init__(self, enabled: bool):
         self.enabled = enabled and threading.current_thread() is threading.main_thread()
         self.signum: int | None = None
+        self._caught = False  # a signal came to this process (a forwarded stop is not one: :meth:`forward`)
         self._targets: list = []
         self._previous: dict[int, Any] = {}
         self._depth = 0
@@ -74,14 +75,24 @@ class StopOnSignals:
         return self
 
     def _handle(self, signum: int, _frame) -> None:
-        if self.signum is not None:
+        if self._caught:
             self._restore()
             if signum == signal.SIGINT:
                 raise KeyboardInterrupt
             raise SystemExit(128 + signum)
-        self.signum = signum
-        for target in list(self._targets):
-            target.request_stop("interrupted")
+        self._caught = True
+        self.forward(signum)
+
+    def forward(self, signum: int) -> None:
+        """A stop asked for from elsewhere, as the first of ``signum`` would: a comparison's worker process
+        ignores the terminal's Ctrl-C and is told by the comparison's process instead (cell_pool.py). A
+        signal to this process after it is still the first one here (a SIGTERM to the whole process group
+        reaches a worker both ways, in either order). Safe from another thread: it only sets flags that the
+        run reads between events."""
+        if self.signum is None:
+            self.signum = signum
+            for target in list(self._targets):
+                target.request_stop("interrupted")
 
     def attach(self, target) -> None:
         """From now on a signal stops ``target``; one that came before (while it was being built) stops
