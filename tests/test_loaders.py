@@ -61,8 +61,10 @@ def cifar_dir(tmp_path, monkeypatch):
 # ---------------------------------------------------------------- paths
 
 def test_resolve_data_dir(tmp_path, monkeypatch):
-    with pytest.raises(FileNotFoundError, match="FELIX_JAX_DATA"):
-        paths.resolve_data_dir()
+    # without FELIX_JAX_DATA: the data home in the user cache (not created until a fetch writes to it)
+    assert paths.resolve_data_dir() == tmp_path / "cache" / "data"
+    with pytest.raises(FileNotFoundError, match="felix-jax data fetch cifar10"):
+        cifar10.load_cifar10()
     monkeypatch.setenv("FELIX_JAX_DATA", str(tmp_path))
     assert paths.resolve_data_dir() == tmp_path
     assert paths.resolve_data_dir(tmp_path / "..") == tmp_path / ".."

@@ -50,13 +50,11 @@ def test_the_readmes_own_data_line_runs_on_flat_inputs(tmp_path, capsys):
     assert (out / "partition.json").is_file()
 
 
-def test_pool_without_the_data_folder_says_what_it_needs(tmp_path, monkeypatch):
+def test_pool_without_the_data_folder_runs_from_the_shipped_sizes(tmp_path, monkeypatch):
     monkeypatch.delenv("FELIX_JAX_DATA", raising=False)
     monkeypatch.setenv("FELIX_JAX_TEST_NO_SHARED", "1")
-    with pytest.raises(SystemExit) as e:
-        main(["run", "--preset", "tiny", "--set", "partition=pool", "--set", "max_aggregations=1", "--quiet",
-              "--out", str(tmp_path / "run")])
-    text = str(e.value)
-    assert text.startswith("felix-jax run: partition=pool sizes its clients as the paper's 300 CIFAR-10 clients, "
-                           "read from the data folder: cannot find traces/felix_reference_300clients.npz")
-    assert text.endswith("without it use partition=dirichlet or iid") and "\n" not in text
+    monkeypatch.setenv("FELIX_JAX_CACHE", str(tmp_path / "cache"))
+    assert main(["run", "--preset", "tiny", "--set", "partition=pool", "--set", "max_aggregations=1", "--quiet",
+                 "--out", str(tmp_path / "run")]) == 0
+    inputs = json.loads((tmp_path / "run" / "config.json").read_text())["inputs"]
+    assert any(path.endswith("traces/reference/felix_reference_300clients.npz") for path in inputs)

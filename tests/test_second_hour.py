@@ -101,13 +101,14 @@ CIFAR_RUN = ["run", "--preset", "tiny", "--quiet", "--set", "dataset=cifar10"]
 
 
 def test_missing_data_is_said_in_cli_words(no_data, tmp_path):
-    for argv in (REF_RUN, CIFAR_RUN):
-        message = refused([*argv, "--out", str(tmp_path / "o")], "FELIX_JAX_DATA")
-        for python_words in ("path=", "data_dir", "load_digits_embedded", "Pass "):
-            assert python_words not in message, message
+    message = refused([*CIFAR_RUN, "--out", str(tmp_path / "o")], "`felix-jax data fetch cifar10`")
+    for python_words in ("path=", "data_dir", "load_digits_embedded", "Pass "):
+        assert python_words not in message, message
     no_data.setenv("FELIX_JAX_DATA", str(tmp_path / "nowhere"))
-    refused([*CIFAR_RUN, "--out", str(tmp_path / "o")], f"FELIX_JAX_DATA={tmp_path / 'nowhere'}: no such folder")
+    refused([*CIFAR_RUN, "--out", str(tmp_path / "o")], f"FELIX_JAX_DATA={tmp_path / 'nowhere'}, no such folder")
     assert not (tmp_path / "o").exists()
+    # the paper's traces ship with felix-jax: a ref: run needs no data folder
+    assert main([*REF_RUN, "--set", "max_aggregations=1", "--out", str(tmp_path / "ref")]) == 0
 
 
 @pytest.mark.parametrize("where", ["above", "inside"])
@@ -116,19 +117,18 @@ def test_a_data_folder_one_level_off_is_named(no_data, tmp_path, where):
     wrong = tmp_path / "shared" if where == "above" else data / "cifar10"
     no_data.setenv("FELIX_JAX_DATA", str(wrong))
     how = "high" if where == "above" else "deep"
-    for argv in (REF_RUN, CIFAR_RUN):
-        if where == "inside" and argv is REF_RUN:
-            continue  # data/cifar10 holds no traces/...; the trace file is found by name only beside it
-        refused([*argv, "--out", str(tmp_path / "o")], f"FELIX_JAX_DATA={wrong} is one level too {how}",
-                f"set FELIX_JAX_DATA={data}")
+    refused([*CIFAR_RUN, "--out", str(tmp_path / "o")], f"FELIX_JAX_DATA={wrong} is one level too {how}",
+            f"set FELIX_JAX_DATA={data}")
 
 
 def test_the_python_api_keeps_its_own_words(no_data, tmp_path):
     from felix_jax.data.paths import data_file
-    from felix_jax.traces import load_reference_trace
+    from felix_jax.traces.data_paths import resolve_data_file
 
-    with pytest.raises(FileNotFoundError, match="pass path="):
-        load_reference_trace("syn_50")
+    with pytest.raises(FileNotFoundError, match="or set FELIX_JAX_DATA or data_dir"):
+        data_file(CIFAR_FILE)
+    with pytest.raises(FileNotFoundError, match="pass path="):  # an explicit path: the only place looked
+        resolve_data_file(TRACE_FILE, tmp_path / "nowhere")
     data = _data_folder(tmp_path / "shared" / "data")
     with pytest.raises(FileNotFoundError, match=f"data_dir={tmp_path / 'shared'} is one level too high"):
         data_file(CIFAR_FILE, tmp_path / "shared")

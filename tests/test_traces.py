@@ -412,13 +412,14 @@ def test_csv_hand_written_any_order_and_codes(tmp_path):
 
 
 # ------------------------------------------------------------------ real data
-def test_missing_data_names_env_var(monkeypatch, tmp_path):
+def test_reference_traces_fall_back_to_the_shipped_copy(monkeypatch, tmp_path):
     monkeypatch.delenv(DATA_ENV_VAR, raising=False)
-    with pytest.raises(FileNotFoundError, match=DATA_ENV_VAR):
-        load_reference_trace("syn_0")
-    monkeypatch.setenv(DATA_ENV_VAR, str(tmp_path))
-    with pytest.raises(FileNotFoundError, match=DATA_ENV_VAR):
-        load_reference_trace("syn_0")
+    monkeypatch.setenv("FELIX_JAX_CACHE", str(tmp_path / "cache"))
+    assert load_reference_trace("syn_0").num_clients == 300  # no data folder at all
+    monkeypatch.setenv(DATA_ENV_VAR, str(tmp_path))  # a data folder without the traces
+    assert load_reference_trace("syn_0").num_clients == 300
+    with pytest.raises(FileNotFoundError, match="path="):  # an explicit path is the only place looked
+        load_reference_trace("syn_0", tmp_path)
     with pytest.raises(ValueError, match="unknown reference trace"):
         load_reference_trace("syn_90", tmp_path)
 

@@ -61,7 +61,7 @@ def input_files(sc: Scenario, scenario_file: str | os.PathLike | None = None) ->
         add(data_home()[0] / BINARY_RELPATH, "dataset")
     elif sc.dataset in catalog.DATASET_FIELD:
         named(catalog.DATASET_FIELD[sc.dataset], "dataset")
-    if sc.partition == "reference":
+    if sc.partition in ("reference", "pool"):
         named("reference_traces", "dataset")
     if is_file_name(sc.availability):
         add(sc.availability, "trace")
@@ -107,7 +107,7 @@ def data_needed(sc: Scenario) -> list[str]:
     need = []
     if sc.dataset in catalog.DATASET_FIELD:
         need.append(catalog.DATASET_FIELD[sc.dataset])
-    if (sc.partition == "reference" or sc.availability == "mobiperf" or sc.availability.startswith("ref:")
+    if (sc.partition in ("reference", "pool") or sc.availability == "mobiperf" or sc.availability.startswith("ref:")
             or sc.device_profile == "reference"):
         need.append("reference_traces")
     if sc.device_profile == "flash":
@@ -128,14 +128,18 @@ def missing_data(sc: Scenario) -> str | None:
     the command that gets it; None when every one is here. Said before any work (no results folder)."""
     from ..data import catalog
     from ..data.download import size_text
-    from ..traces.data_paths import DATA_ENV_VAR, data_home
+    from ..traces.data_paths import DATA_ENV_VAR, data_home, one_level_off_hint
 
     home, source = data_home()
     for name in data_needed(sc):
         if catalog.locate(name) is not None:
             continue
         ds = catalog.get(name)
-        where = f"{DATA_ENV_VAR}={home}" if source == DATA_ENV_VAR else f"the data home {home}"
+        hint = next(filter(None, (one_level_off_hint(home, f) for f in ds.files)), None) if home.is_dir() else None
+        if hint:  # a data folder one level too high or too deep
+            return f"{sc.name} needs {name}: {hint}"
+        where = (f"{DATA_ENV_VAR}={home}" + ("" if home.is_dir() else ", no such folder") if source == DATA_ENV_VAR
+                 else f"the data home {home}")
         looked = " or ".join(str(home / f) for f in ds.files)
         if ds.shipped:  # a broken install: the package data is gone
             return (f"{sc.name} needs {ds.title}, which ships with felix-jax, but {looked} is missing "
