@@ -19,7 +19,8 @@ snapshot; the same command then continues them. Each running cell prints a progr
 goes; the matrix's ETA honours ``--budget-s`` and ``--cell-budget-s``. Cells that do not fit
 ``--budget-s`` are listed as not run. Writes ``--out``/table.md, ``--out``/figures (the accuracy curves,
 bytes, distributions and the paper's diagnostic figures 13-15) and ``--json`` (rows, table).
-Needs FELIX_JAX_DATA (CIFAR-10 and the reference traces). ``--scenario speech-longhorizon
+Needs CIFAR-10 (``felix-jax data fetch cifar10``, once; the paper's traces ship with felix-jax), or Speech
+Commands for the speech preset (``felix-jax data fetch speech_commands``). ``--scenario speech-longhorizon
 --regimes ref:mobiperf_3st_50 --ablation-regimes ref:mobiperf_3st_50`` runs the speech comparison
 (the paper's Fig. 10: MobiPerf only); the paper column then holds Fig. 10's ratios.
 """
@@ -38,11 +39,10 @@ import numpy as np
 from felix_jax.commands import (command_parser, comma_list, output_file, parse_sets, positive_float, positive_int,
                                 run_script, seed_list)
 from felix_jax.compile_cache import enable_compilation_cache
-from felix_jax.data.paths import resolve_data_dir
 from felix_jax.experiment import get_preset
 from felix_jax.experiment.compare import (SUMMARY_COLUMNS, cell_dir, cell_overrides, finished_summary,
                                           plot_comparison, run_matrix)
-from felix_jax.experiment.inputs import needs_data_folder
+from felix_jax.experiment.inputs import missing_data
 from felix_jax.experiment.matrix import MatrixInterrupted, resolve_regimes, stopped_at_once
 from felix_jax.experiment.paper_figures import plot_paper_figures
 from felix_jax.experiment.sweep import default_batch
@@ -299,8 +299,10 @@ def main(argv=None) -> dict:
     if args.table_only and not Path(args.out).is_dir():
         raise FileNotFoundError(f"--out {args.out}: no such folder: --table-only tabulates the cells a matrix "
                                 "finished there (run it without --table-only first)")
-    if not args.table_only and any(needs_data_folder(sc) for sc in scenarios):
-        resolve_data_dir()  # an unset FELIX_JAX_DATA is said now, not by the first cell
+    if not args.table_only:  # a data set that is not here is said now (the file, the fetch), not by the first cell
+        missing = next(filter(None, map(missing_data, scenarios)), None)
+        if missing:
+            raise ValueError(missing)
     enable_compilation_cache()
     out = Path(args.out)
     every = list(dict.fromkeys(strategies + ablations + [st for st, _ in args.extra_cell]))

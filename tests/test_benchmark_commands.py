@@ -80,10 +80,11 @@ def test_the_shared_reporter_by_hand(capsys):
     (["--seeds", "0,x"], "paper_matrix.py: --seeds expects comma-separated ints, got '0,x'"),
     (["--set", "oops"], "paper_matrix.py: --set expects key=value, got 'oops'"),
     (["--table-only", "--out", "/nonexistent/matrix"], "paper_matrix.py: --out /nonexistent/matrix: no such folder"),
-    ([], "paper_matrix.py: no data folder: set FELIX_JAX_DATA"),
+    ([], "paper_matrix.py: cifar10-fidelity needs cifar10 (CIFAR-10"),  # the first cell's, with the fetch
 ])
 def test_paper_matrix_mistakes_end_in_one_line(argv, expected, monkeypatch, tmp_path):
     monkeypatch.delenv("FELIX_JAX_DATA", raising=False)
+    monkeypatch.setenv("FELIX_JAX_CACHE", str(tmp_path / "cache"))  # a data home without CIFAR-10
     monkeypatch.chdir(tmp_path)
     module = _script("paper_matrix")
     with pytest.raises(SystemExit) as stop:
