@@ -195,3 +195,42 @@ def test_an_accuracy_curve_runs_to_the_runs_end_not_its_last_checkpoint(tmp_path
     np.testing.assert_array_equal(accuracy_curves([row], "s", "a", grid)[0], [0.1, 0.1, 0.2, 0.2, 0.2, np.nan])
     row["_summary"] = {}  # no end recorded: the last checkpoint
     np.testing.assert_array_equal(accuracy_curves([row], "s", "a", grid)[0], [0.1, 0.1, 0.2, np.nan, np.nan, np.nan])
+
+
+# ------------------------------------------------------------------ ETAs that honour the caps
+def test_a_cells_eta_honours_its_wall_budget():
+    """A cell that ``cell_budget_s`` stops after 100 s of wall time: before any rate its ETA is that
+    bound (``<=``), and once it has a rate, the nearer of its caps and the wall budget's end."""
+    clock = FakeClock()
+    sc = TINY.with_overrides({"target_accuracy": "none"})  # 60 aggregations; no target to end it sooner
+    progress = RunProgress(sc, enabled=False, clock=clock, wall_budget_s=100.0)
+    clock.now = 10.0
+    p = progress.update(checkpoint(0, 0.0, 0.1))
+    assert p.eta_s == pytest.approx(90.0) and progress.describe(checkpoint(0, 0.0, 0.1)).endswith("ETA <= 1:30")
+    for v in range(1, 4):  # an aggregation every 10 s: 57 left take 570 s, past the wall budget's end at 100 s
+        clock.now = 10.0 + 10.0 * v
+        p = progress.update(checkpoint(v, 0.01 * v, 0.1))
+    assert p.eta_s == pytest.approx(60.0) and progress.describe(checkpoint(3, 0.03, 0.1)).endswith("ETA 1:00")
+    fast = RunProgress(sc, enabled=False, clock=clock, wall_budget_s=1e6)  # the cap comes first: its rate's ETA
+    for v in range(0, 4):
+        clock.now = 100.0 + v
+        p = fast.update(checkpoint(v, 0.01 * v, 0.1))
+    assert p.eta_s == pytest.approx(57.0)
+
+
+def test_the_comparison_eta_honours_workers_the_cell_budget_and_the_comparisons_budget():
+    from felix_jax.experiment.progress import budget_share, comparison_eta
+
+    # nothing finished yet: 6 cells, 2 at a time, each stopped by 600 s of wall time: at most 3 x 600 s
+    line = comparison_eta([], 6, workers=2, cell_budget_s=600.0)
+    assert "comparison ETA <= 30:00" in line and "6 cells left, each stopped by 10:00 of wall time, 2 at a time" in line
+    assert comparison_eta([], 6, workers=2) == ""  # no basis at all
+    # two finished cells of 100 s and 200 s at half their budget: 4 left, 2 at a time, 150 s each = 300 s;
+    # to their caps 300 s each, but the cell budget stops each at 250 s: at most 2 x 250 s
+    line = comparison_eta([100.0, 200.0], 4, shares=[0.5, 0.5], workers=2, cell_budget_s=250.0)
+    assert "comparison ETA 5:00" in line and "2 at a time" in line and "<= 8:20 if each runs to its cap" in line
+    # the comparison's budget: no cell starts after 200 s, so 10 cells of 100 s end by 200 + 100 s
+    line = comparison_eta([100.0], 10, starts_left_s=200.0)
+    assert "comparison ETA 5:00" in line and "no cell starts after 3:20" in line
+    # a cell the wall budget cut ran as long as it may: it used its whole budget
+    assert budget_share(TINY, {"stop_reason": "wall_budget", "aggregations": 6, "end_time_s": 60.0}) == 1.0
