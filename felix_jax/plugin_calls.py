@@ -84,7 +84,8 @@ def plugin_error(what: str, error: BaseException, args: tuple = ()) -> PluginErr
     frame, lineno, summary = _user_frame(error.__traceback__)
     where = location(error)
     detail = None
-    if frame is not None and isinstance(error, ValueError) and "read-only" in str(error):
+    if frame is not None and isinstance(error, ValueError) and ("read-only" in str(error)
+                                                                or "WRITEABLE flag" in str(error)):
         detail = _read_only_detail(error, frame, summary, args)
     elif is_missing_rng(error):
         detail = f"{describe(error)}; {DROPOUT_ADVICE}"
@@ -191,7 +192,8 @@ def _read_only_detail(error: ValueError, frame, summary, args: tuple) -> str:
     target = (f"{name}, which is read-only to policies" if name else
               "a read-only array" + (" (the server's view and ctx.eligible are read-only to policies)"
                                      if ctx is not None else ""))
-    return (f"it wrote to {target} ({describe(error)}): the server keeps the view and ctx.eligible in step "
+    verb = "tried to make writeable" if "WRITEABLE flag" in str(error) else "wrote to"
+    return (f"it {verb} {target} ({describe(error)}): the server keeps the view and ctx.eligible in step "
             f"with its bookkeeping; {STATE_ADVICE}")
 
 
@@ -199,11 +201,13 @@ def _context_arrays(ctx) -> dict[str, np.ndarray]:
     """The read-only arrays a selector is given, by the name it reaches them with."""
     arrays = {"ctx.eligible": ctx.eligible}
     view = ctx.view
-    if dataclasses.is_dataclass(view):
-        for f in dataclasses.fields(view):
-            value = getattr(view, f.name, None)
-            if isinstance(value, np.ndarray) and not value.flags.writeable:
-                arrays[f"ctx.view.{f.name}"] = value
+    # the server's read-only view hands out its columns by name (ReadOnlyView.COLUMNS); a map's own fields
+    names = getattr(type(view), "COLUMNS", None) or ([f.name for f in dataclasses.fields(view)]
+                                                     if dataclasses.is_dataclass(view) else [])
+    for name in names:
+        value = getattr(view, name, None)
+        if isinstance(value, np.ndarray) and not value.flags.writeable:
+            arrays[f"ctx.view.{name}"] = value
     return {k: v for k, v in arrays.items() if isinstance(v, np.ndarray)}
 
 

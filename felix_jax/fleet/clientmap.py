@@ -80,6 +80,24 @@ class ClientMap:
     def num_clients(self) -> int:
         return len(self.tier)
 
+    def read_only(self) -> "ReadOnlyView":
+        """This map as policies get it (``ctx.view``): every read, no write (:class:`ReadOnlyView`)."""
+        view = self.__dict__.get("_read_only")
+        if view is None:
+            view = self.__dict__["_read_only"] = ReadOnlyView(self)
+        return view
+
+    def _column_alias(self, name: str) -> np.ndarray:
+        """A read-only alias of column ``name`` whose writeable flag cannot be set again (its base is a
+        read-only buffer, :func:`read_only_alias`), made once per array: the same memory, current with
+        every write the map makes."""
+        column = getattr(self, name)
+        aliases = self.__dict__.setdefault("_aliases", {})
+        held = aliases.get(name)
+        if held is None or held[0] is not column:  # first read, or the array replaced (start_history)
+            held = aliases[name] = (column, read_only_alias(column))
+        return held[1]
+
     # -- writes: through these, so the maintained sets below stay current ---------------------------
     def set_tier(self, clients, tiers, now: float | None = None) -> None:
         """``tier[clients] = tiers``, learned at virtual time ``now`` (None: the time of the map's latest
@@ -320,6 +338,15 @@ def _empty_history(n: int, start_s: float) -> tuple[np.ndarray, np.ndarray, np.n
             np.zeros(n, np.float32))
 
 
+def read_only_alias(a: np.ndarray) -> np.ndarray:
+    """``a``'s memory as an array whose writeable flag cannot be set again (``flags.writeable = True``
+    raises ValueError): its base is a read-only buffer, not an array. Zero-copy, O(1): a write to ``a``
+    shows through it. (``a.view()`` with the flag cleared could be made writeable again wherever ``a``
+    is, or owns its data.)"""
+    flat = np.frombuffer(memoryview(a).toreadonly(), a.dtype)
+    return flat if a.ndim == 1 else flat.reshape(a.shape)  # 1-D (every column, mask): the buffer's own array
+
+
 def _write(arr: np.ndarray, idx, value) -> None:
     arr.flags.writeable = True
     try:
@@ -479,6 +506,82 @@ class SortedSequence:
         return before + int(np.searchsorted(v._chunks[c], value, side=side))
 
 
+class ReadOnlyView:
+    """The server's view as a policy gets it (``ctx.view``): every read of :class:`ClientMap`, no way to
+    change it. Its columns are read-only aliases of the map's arrays (zero-copy, current with the
+    server's writes; ``flags.writeable = True`` raises ValueError: :func:`read_only_alias`); its reads
+    (``current_spell_s``, ``block_counts``, ``explored_ids``, ...) are the map's; setting or deleting an
+    attribute raises AttributeError naming it, and the map's writes (``set_tier``, ``set_busy``,
+    ``start_history``, ...) are not reachable through it. A policy keeps what it needs between calls in
+    its own state (docs/file-formats.md, "Plugins"). A guard against a policy that writes by mistake, not
+    a sandbox: Python code that digs through private attributes can still reach the map."""
+
+    __slots__ = ("_server_map",)
+
+    # the columns a policy reads (the map's dataclass fields that hold arrays), as read-only aliases
+    COLUMNS = ("tier", "busy", "num_samples", "utility", "utility_round", "last_selected_round", "times_trained",
+               "duration_s", "registered_duration_s", "tier_since_s", "last_online_s", "departures",
+               "online_weight")
+    # the map's reads, passed through (each returns a new array, a read-only alias, a count or a
+    # read-only SortedSequence)
+    READS = ("current_spell_s", "online_fraction", "evaluable", "num_evaluable", "block_counts",
+             "explored_block_counts", "explored_ids", "explored_mask", "trained_ids", "explored_durations",
+             "staleness_order")
+    # the map's writes: named in the refusal, never handed out
+    WRITES = ("set_tier", "set_busy", "mark_selected", "record_utility", "record_training", "start_history",
+              "check_index", "create", "read_only")
+
+    def __init__(self, view: ClientMap):
+        object.__setattr__(self, "_server_map", view)
+
+    @property
+    def num_clients(self) -> int:
+        return self._server_map.num_clients
+
+    @property
+    def history_start_s(self) -> float:
+        return self._server_map.history_start_s
+
+    def trainable(self, current_round: int, once_per_round: bool) -> np.ndarray:
+        """:meth:`ClientMap.trainable`; the once-per-round mask of a round other than the server's
+        current one is computed afresh (a pass over N), never moved in the map's maintained state."""
+        index = self._server_map._index()
+        if once_per_round and index.once_round is not None and index.once_round != current_round:
+            m = self._server_map
+            return read_only_alias(index.train_ok & (m.last_selected_round != current_round))
+        return self._server_map.trainable(current_round, once_per_round)
+
+    def num_trainable(self, current_round: int, once_per_round: bool) -> int:
+        if once_per_round and self._server_map._index().once_round not in (None, current_round):
+            return int(np.count_nonzero(self.trainable(current_round, once_per_round)))
+        return self._server_map.num_trainable(current_round, once_per_round)
+
+    def __getattr__(self, name: str):
+        m = object.__getattribute__(self, "_server_map")
+        if name in ReadOnlyView.COLUMNS:
+            return m._column_alias(name)
+        if name in ReadOnlyView.READS:
+            return getattr(m, name)
+        if name in ReadOnlyView.WRITES:
+            raise AttributeError(f"ctx.view.{name}: it changes the server's view, which is read-only to policies; "
+                                 "a policy keeps its own state in the value its init() returns")
+        raise AttributeError(f"ctx.view has no attribute {name!r} (the server's view: "
+                             f"{', '.join(ReadOnlyView.COLUMNS + ReadOnlyView.READS)}, num_clients, trainable, "
+                             "num_trainable, history_start_s)")
+
+    def __setattr__(self, name: str, value) -> None:
+        raise AttributeError(f"ctx.view.{name} cannot be set: the server's view is read-only to policies (the "
+                             "server keeps it in step with its bookkeeping); a policy keeps its own state in the "
+                             "value its init() returns and select() passes back")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"ctx.view.{name} cannot be deleted: the server's view is read-only to policies")
+
+    def __dir__(self):
+        return sorted(set(ReadOnlyView.COLUMNS + ReadOnlyView.READS)
+                      | {"num_clients", "history_start_s", "trainable", "num_trainable"})
+
+
 BLOCK_ROWS = 1 << 12  # clients per block of the maintained masks' block counts
 HISTORY_ROWS = 1 << 16  # clients per part of a many-client update of the availability history
 
@@ -539,14 +642,12 @@ class _Index:
 
     @staticmethod
     def readonly(a: np.ndarray) -> np.ndarray:
-        out = a.view()
-        out.flags.writeable = False
-        return out
+        return read_only_alias(a)
 
     def kept(self, mask: np.ndarray) -> tuple | None:
         """``(rows, blocks, explored blocks, explored count)`` of the maintained mask ``mask`` is a
-        read-only view of, else None."""
-        base = getattr(mask, "base", None)
+        read-only alias of (:func:`read_only_alias`), else None."""
+        base = getattr(getattr(mask, "base", None), "obj", None)  # the buffer's exporter: the mask itself
         if base is None:
             return None
         if base is self.train_ok:
