@@ -25,7 +25,8 @@ value, each reading's and their ratio to the paper's. One row is the fit, every 
   (~21 s per round).
 
 Cadence and interval figures skip the first ``--warmup`` aggregations (exploration). Needs
-FELIX_JAX_DATA (CIFAR-10 and the reference traces).
+CIFAR-10 in the data home (``felix-jax data fetch cifar10`` once, or ``FELIX_JAX_DATA``); the paper's
+traces ship with felix-jax.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@
 #                    each cell's config.json, summary.json and metrics.csv
 #   dmon.txt         the device's utilisation every 5 s while the cells ran (nvidia-smi dmon), if present
 #
-# Needs FELIX_JAX_DATA (CIFAR-10 and the reference traces). Settings (environment): OUT, PYTHON, WORK
+# Needs CIFAR-10 in the data home (FELIX_JAX_DATA, or `felix-jax data fetch cifar10` once; the traces ship). Settings (environment): OUT, PYTHON, WORK
 # (scratch, /tmp/felix-gpu-attribution), WORKERS (15), CELL_S (340: on one H200, 15 long-horizon cells reach
 # 3 virtual hours in ~190 s and 15 paper-data cells ~2.1 h in 290 s), WARMUP_S (50), SEEDS (0,1,2,3,4),
 # REGIMES (ref:mobiperf_3st_50), FOLDERS (longhorizon), STRATEGIES (felix,oort-async-oracle,oort-oracle),

@@ -42,7 +42,7 @@
 #                       after ATTRIBUTION_S seconds (default MATRIX_S); resumable. SKIP_ATTRIBUTION=1 skips it;
 #                       ATTRIBUTION_FIRST=1 runs it before step 1.
 #
-# Needs FELIX_JAX_DATA (CIFAR-10, Speech Commands and the reference traces). Settings (environment): OUT, PYTHON,
+# Needs CIFAR-10 and Speech Commands in the data home (FELIX_JAX_DATA, or `felix-jax data fetch` once each). Settings (environment): OUT, PYTHON,
 # EVAL_S (45), WORKERS (8), CELL_S (75), MATRIX_S (270), SEEDS (0,1), MAX_HOURS (1.0), REGIMES,
 # ABLATIONS, STRATEGIES, EVAL_PRESET (cifar10-paper), EVAL_AVAIL (mobiperf), WARMUP_S (0: none; a first
 # run of that long fills the compilation cache, which a cold process spends ~45 s on), SKIP_EVAL=1,

@@ -12,7 +12,7 @@
 #                     under a wall-clock budget (SIGINT when it is spent: the run stops after
 #                     the event in progress and writes summary.json): virtual hours reached per
 #                     wall second, and the time to the 70% target if it is reached in time.
-#                     Needs the CIFAR-10 arrays under $FELIX_JAX_DATA (skipped without them).
+#                     Needs CIFAR-10 in the data home (skipped without it).
 #   4. sweep.json   - sweep batches (benchmarks/sweep_batching.py): N = 1, 8, 32, 60 experiments
 #                     of the quickstart shape in one process, SWEEP_AGGS aggregations each:
 #                     training tasks per device call, calls per experiment-aggregation, host ms

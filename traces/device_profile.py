@@ -302,7 +302,7 @@ def flash_profile(
     ``nominal_ms_per_sample`` (default ~88 ms) makes the median phone train the
     paper's median CIFAR-10 client (114 samples, the paper's reference settings) in about 10 s, the
     paper's median delay; set it for another model. ``path``: a data folder (or
-    ``$FELIX_JAX_DATA``).
+    the data home, else the copies shipped with felix-jax).
     """
     rng = np.random.default_rng(seed)
     scores = _flash_scores(path)

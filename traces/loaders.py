@@ -3,7 +3,8 @@
 Sources:
 
 * the paper's own traces, ``load_reference_trace`` (the shared file
-  ``traces/felix_reference_300clients.npz``, found via ``path`` or ``$FELIX_JAX_DATA``);
+  ``traces/felix_reference_300clients.npz``: ``path``, else the data home, else the copy shipped in
+  ``felix_jax/traces/reference/``);
 * FedScale's ``client_behave_trace`` (pickle, read with a restricted unpickler, or
   the same structure as JSON), ``load_fedscale_trace``;
 * users' own traces in a plain interval format, CSV or NPZ (below).
@@ -120,7 +121,8 @@ def load_reference_trace(
     indices 0..299 (``trace.client_ids`` keeps the ids). ``duration_s`` is the last
     row time (86,400 s for the synthetic traces, 536,263 s for MobiPerf; 0 for
     ``syn_0``, which is constant). ``path``: the npz file or a data folder; default
-    ``$FELIX_JAX_DATA``.
+    the data home (``$FELIX_JAX_DATA``, else the user cache's ``data/``), else the copy shipped with
+    felix-jax.
     """
     if name not in REFERENCE_TRACE_NAMES:
         from ..suggest import known_names

@@ -11,7 +11,7 @@ from .common import USER_ERRORS, HelpFormatter, add_traceback_flag, one_line, us
 PLOT_TRACE_EXAMPLES = """examples:
   felix-jax plot-trace avail50                               # avail50-trace.png: 100 clients, 24 h
   felix-jax plot-trace my_trace.csv --out figures/mine.png
-  felix-jax plot-trace ref:mobiperf_3st_50 --clients 100     # needs FELIX_JAX_DATA"""
+  felix-jax plot-trace ref:mobiperf_3st_50 --clients 100     # the paper's trace, shipped with felix-jax"""
 
 
 def _plot_trace(args: argparse.Namespace) -> int:

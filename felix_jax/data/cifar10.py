@@ -206,7 +206,8 @@ def load_cifar10_shared(
     :func:`load_cifar10_binary` or :func:`load_cifar10_tfds` for exact pixels.
 
     Args:
-      data_dir: the data folder; default ``$FELIX_JAX_DATA``.
+      data_dir: the data folder; default the data home (``$FELIX_JAX_DATA``, else the user cache's
+        ``data/``).
       cache: use the decoded-array cache.
       num_workers: decoding processes (None: one per usable CPU, at most 8;
         in-process on machines with fewer than 4 CPUs).

@@ -202,7 +202,8 @@ def load_speech_commands_shared(
     ``partition_by_key``).
 
     Args:
-      data_dir: the data folder; default ``$FELIX_JAX_DATA``.
+      data_dir: the data folder; default the data home (``$FELIX_JAX_DATA``, else the user cache's
+        ``data/``, where ``felix-jax data fetch speech_commands`` puts it).
       labels: ``"12"`` (10 commands + ``_unknown_`` + ``_silence_``, the standard
         task) or ``"35"`` (the 35 words; silence clips dropped; the 25 non-command
         words have only 6-34 clips each in this copy).

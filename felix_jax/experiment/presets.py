@@ -20,7 +20,7 @@ PRESETS: dict[str, Scenario] = {
                      slot_s=30.0, eval_selector={"min_age": 3}),
     # The paper's CIFAR-10 setup (the paper's reference settings): its CNN, 300 clients, Dirichlet(0.1),
     # 1 local epoch of batch 32, SGD 0.04 with crop+flip, c=30, K=10, the paper's
-    # per-client delays, target 70%. Needs FELIX_JAX_DATA; sized for a GPU.
+    # per-client delays, target 70%. Needs CIFAR-10 (felix-jax data fetch cifar10); sized for a GPU.
     "cifar10-paper": Scenario(name="cifar10-paper", dataset="cifar10", num_clients=300, alpha=0.1,
                               batch_size=32, learning_rate=0.04, augment=True, device_profile="reference",
                               concurrency=30, aggregation_goal=10, target_accuracy=0.70,
