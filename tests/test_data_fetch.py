@@ -344,3 +344,26 @@ def test_the_wheel_holds_the_traces_and_their_notice(tmp_path):
     for name in ("felix_reference_300clients.npz", "NOTICE", "LICENSE-flame-Apache-2.0.txt",
                  *rb.FLASH_FILES):
         assert f"felix_jax/traces/reference/{name}" in names, name
+
+
+@pytest.mark.slow
+def test_after_a_fetch_from_a_local_copy_the_paper_preset_runs_as_shipped(tmp_path):
+    """The acceptance path of a new user with no data folder: the preset stops naming the fetch, the fetch
+    takes a local copy of the archive, and the same preset then runs (an archive in the canonical layout
+    holding enough images for the preset's 12,000-image subset)."""
+    env = fresh_user_env(tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    archive = tmp_path / "cifar-10-binary.tar.gz"
+    sha = cifar_binary_archive(archive, train_per_batch=2_500, test=300)
+    preset = ["run", "--preset", "cifar10-longhorizon", "--set", "max_aggregations=2", "--out", "run"]
+    stopped = _cli(preset, work, env)
+    assert stopped.returncode != 0 and "felix-jax data fetch cifar10" in stopped.stderr
+    fetched = _cli(["data", "fetch", "cifar10", "--from", str(archive), "--sha256", sha, "--quiet"], work, env)
+    assert fetched.returncode == 0, fetched.stderr
+    assert "cifar10: ready at" in fetched.stdout
+    done = _cli(preset, work, env)
+    assert done.returncode == 0, done.stderr
+    config = json.loads((work / "run" / "config.json").read_text())
+    read = {Path(p).name: rec["role"] for p, rec in config["inputs"].items()}
+    assert read == {"cifar-10-binary.tar.gz": "dataset", "felix_reference_300clients.npz": "dataset"}
