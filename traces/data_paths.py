@@ -30,6 +30,7 @@ import os
 import pickle
 import sys
 import tarfile
+import tempfile
 import zipfile
 import zlib
 from pathlib import Path
@@ -119,6 +120,22 @@ def resolve_data_file(relative: str, path: str | os.PathLike | None = None) -> P
     how_cli = hint or (f"get it with `{fetch}`, or " if fetch else "") + \
         f"set {DATA_ENV_VAR} to the data folder that holds {relative}"
     raise DataNotFoundError(f"{looked}; {how_py}", cli_message=f"{looked}; {how_cli}")
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike, suffix: str = ".part") -> Iterator:
+    """An open binary file beside ``path``, renamed to ``path`` when the block ends without an error and
+    removed otherwise: an interrupted write never leaves a half-written file where a reader would look."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=suffix, dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 class DataNotFoundError(FileNotFoundError):

@@ -25,13 +25,12 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from .data_paths import DataFileError, SHIPPED_DIR, reading
+from .data_paths import DataFileError, SHIPPED_DIR, atomic_file, reading
 
 FLAME_REPOSITORY = "dhruvsgarg/flame"
 FLAME_COMMIT = "6ef1133bbf8cfc64589ad56d982523538c4cdad3"
@@ -121,15 +120,8 @@ def write_reference_npz(arrays: dict[str, np.ndarray], out: str | os.PathLike) -
     interrupted write never leaves a half-written archive where a loader would read it)."""
     out = Path(out).expanduser()
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=out.name + ".", suffix=".part", dir=out.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez_compressed(f, **arrays)
-        os.replace(tmp, out)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_file(out) as f:
+        np.savez_compressed(f, **arrays)
     return out
 
 

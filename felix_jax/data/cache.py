@@ -14,14 +14,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Callable, Mapping
 
 import numpy as np
 
-from .paths import READ_ERRORS, resolve_cache_dir
+from .paths import READ_ERRORS, atomic_file, resolve_cache_dir
 
 
 def source_fingerprint(path: str | os.PathLike) -> dict:
@@ -62,13 +61,6 @@ def cached_arrays(
             warnings.warn(f"{path}: unreadable cache entry ({type(e).__name__}: {e}); rebuilding it",
                           RuntimeWarning, stacklevel=2)
     arrays = dict(build())
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_file(path, suffix=".tmp") as f:
+        np.savez(f, **arrays)
     return arrays

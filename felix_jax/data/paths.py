@@ -20,8 +20,8 @@ import os
 from pathlib import Path
 
 # One error type for every unreadable data or trace file (a ValueError naming the file).
-from ..traces.data_paths import (READ_ERRORS, DataFileError, DataNotFoundError, data_home, fetch_hint,  # noqa: F401
-                                 one_level_off_hint, open_npz, reading, user_cache_root)
+from ..traces.data_paths import (READ_ERRORS, DataFileError, DataNotFoundError, atomic_file,  # noqa: F401
+                                 data_home, fetch_hint, one_level_off_hint, open_npz, reading, user_cache_root)
 
 DATA_ENV = "FELIX_JAX_DATA"
 CACHE_ENV = "FELIX_JAX_CACHE"

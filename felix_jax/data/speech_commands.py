@@ -17,7 +17,6 @@ import io
 import os
 import re
 import tarfile
-import tempfile
 import wave
 from pathlib import Path
 
@@ -26,7 +25,7 @@ import numpy as np
 from .cache import cached_arrays, source_fingerprint
 from .dataset import ArrayDataset
 from .features import log_mel_in_chunks
-from .paths import DataFileError, data_file, open_npz, reading
+from .paths import DataFileError, atomic_file, data_file, open_npz, reading
 
 SHARED_RELPATH = "speech_commands/speech_commands_v0.02_test.npz"
 # the canonical test-set archive (felix-jax data fetch speech_commands), converted once into SHARED_RELPATH
@@ -143,15 +142,8 @@ def convert_test_archive(archive: str | os.PathLike, out: str | os.PathLike) -> 
               "classes12": np.array(CLASSES12), "word": np.array([c[2] for c in clips], np.uint8),
               "words": np.array(WORDS), "filenames": np.array([c[1] for c in clips])}
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=out.name + ".", suffix=".part", dir=out.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(tmp, out)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_file(out) as f:
+        np.savez(f, **arrays)
     return out
 
 
