@@ -83,10 +83,17 @@ def test_a_budget_that_cannot_hold_the_buffer_is_one_line_before_the_run(tmp_pat
     assert not out.exists()
 
 
-@pytest.mark.parametrize("value", [0, -1.0, math.inf, math.nan])
-def test_a_budget_must_be_a_finite_positive_number(value):
+@pytest.mark.parametrize("value", [0, -1.0, math.nan])
+def test_a_budget_must_be_a_positive_number(value):
     with pytest.raises(OptionError, match="memory_budget_gb"):
         get_preset("tiny").with_overrides({"memory_budget_gb": value})
+
+
+def test_an_infinite_budget_is_unbounded():
+    from felix_jax.cohort.budget import UNBOUNDED_BYTES, resolve_budget
+
+    assert get_preset("tiny").with_overrides({"memory_budget_gb": "inf"}).memory_budget_gb == math.inf
+    assert resolve_budget(math.inf) == (UNBOUNDED_BYTES, "memory_budget_gb=inf")
 
 
 def test_the_default_budget_holds_a_small_run_unbounded_and_says_where_it_comes_from():

@@ -189,6 +189,10 @@ def _run_locked(args, scenario, out: Path, created: bool, snapshots: dict) -> in
               f"the earlier results in {out} are kept" if replacing else
               f"{out}/metrics.csv holds the checkpoints so far"), file=sys.stderr)
         raise SystemExit(128 + signal.SIGINT)
+    except BaseException:  # anything else (a bug: its traceback follows) leaves no empty folder either
+        if created:
+            remove_if_unused(out)
+        raise
     print(_summary_table(result.summary))
     print(f"results written to {out}/ (config.json, metrics.csv, summary.json, accuracy.png)")
     if result.interrupted_by is not None:

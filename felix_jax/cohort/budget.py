@@ -185,8 +185,14 @@ def plan_memory(engine, stacked, *, budget_bytes: int, source: str, concurrency:
     return plan
 
 
+# The largest budget held: 4 EiB, beyond any machine's memory. A larger one (1e300 GB, inf) bounds
+# nothing either, so it is held as this: the engine holds what the run needs, nothing is measured.
+UNBOUNDED_BYTES = 2 ** 62
+
+
 def resolve_budget(memory_budget_gb: float | None) -> tuple[int, str]:
-    """A scenario's ``memory_budget_gb`` in bytes and its source; None: :func:`default_budget`."""
+    """A scenario's ``memory_budget_gb`` in bytes and its source; None: :func:`default_budget`; any
+    budget above :data:`UNBOUNDED_BYTES` (``inf`` included) is held as that: unbounded."""
     if memory_budget_gb is None:
         return default_budget()
-    return int(float(memory_budget_gb) * GB), f"memory_budget_gb={memory_budget_gb:g}"
+    return int(min(float(memory_budget_gb) * GB, UNBOUNDED_BYTES)), f"memory_budget_gb={memory_budget_gb:g}"
