@@ -85,7 +85,8 @@ def test_the_trimmed_count_is_floor_of_trim_times_accepted_exactly():
     assert trimmed_count(0.49, 100) == 49 and trimmed_count(0.49, 2) == 0  # always one value left
 
 
-# K' = 1 .. 6 accepted rows of 6 (the first K' of VALUES; the rest rejected, pushed out of the sort). Each entry: (trim, the count dropped at each end for K' = 1..6, the trimmed means by hand).
+# K' = 1 .. 6 accepted rows of 6 (the first K' of VALUES; the rest rejected, pushed out of the sort).
+# Each entry: trim -> (the count dropped at each end for K' = 1..6, the trimmed means by hand).
 VALUES = (8.0, 1.0, 32.0, 2.0, 16.0, 4.0)
 HAND = {
     0.2: ((0, 0, 0, 0, 1, 1), (8, 4.5, 41 / 3, 43 / 4, 26 / 3, 7.5)),

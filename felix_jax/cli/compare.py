@@ -54,6 +54,10 @@ def _compare(args: argparse.Namespace) -> int:
     try:  # STRATEGY@KEY=VALUE cells, crossed with each --sweep KEY=v1,v2,...
         sweeps = [parse_sweep(spec) for spec in args.sweep or []]
         strategies = sweep_strategies(strategies, sweeps)
+        from ..experiment.naming import swap_labels
+
+        # a component --set swaps in (aggregator.name=median) named in the cells it changes: felix@aggregator.name=...
+        strategies, args.reference = swap_labels(base, strategies, args.reference)
         from ..experiment.sweep_axes import axis_keys, check_reference
 
         args.axis_keys = axis_keys([k for k, _ in sweeps])  # swept fields of the scenario's world: an axis

@@ -153,12 +153,16 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _run_locked(args, scenario, out: Path, created: bool, snapshots: dict) -> int:
-    from ..experiment.naming import reading_label
+    from ..experiment.naming import reading_label, strategy_label
     from ..experiment.results import OutputDirError, holds_earlier_run, remove_if_unused
+    from ..experiment.resolution import run_warnings
     from ..experiment.runner import run
 
-    print(f"felix-jax run: {scenario.name} | strategy {scenario.strategy} | availability {scenario.availability} "
-          f"| reading {reading_label(scenario)} | {scenario.num_clients} clients | results -> {out}", flush=True)
+    print(f"felix-jax run: {scenario.name} | strategy {strategy_label(scenario)} | availability "
+          f"{scenario.availability} | reading {reading_label(scenario)} | {scenario.num_clients} clients | "
+          f"results -> {out}", flush=True)
+    for warning in run_warnings(scenario):  # once, here and in summary.json
+        print(f"felix-jax run: warning: {warning}", file=sys.stderr, flush=True)
     # written aside, swapped in once finished; only an earlier run's files are said to be kept (not a lone log)
     replacing = not args.resume and holds_earlier_run(out)
     kept = f"; the earlier results in {out} are kept" if replacing else ""

@@ -93,7 +93,7 @@ def build_simulator(sc: Scenario, on_checkpoint=None, on_partition=None) -> Flee
         config=fleet_cfg, selector=make_selector(strategy.selector, resolved.selector), aggregator=aggregator,
         mode=SyncMode() if strategy.mode == "sync" else AsyncMode(), stop=stop, seed=sc.seed,
         eval_selector=eval_selector, update_guard=sc.resolve_update_guard(),
-        eval_budget=resolved.eval_selector.budget(sc.aggregation_goal) if eval_selector else 0,
+        eval_budget=resolved.eval_budget(sc.aggregation_goal),
         on_checkpoint=on_checkpoint,
         live_mix=streams.schedule.population_mix if streams is not None and stream_cfg.live_eval else None)
 

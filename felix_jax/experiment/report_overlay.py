@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from .cells import regime_label
+from .naming import recorded_strategy_label
 from .report_html import STYLE, ReportError, _e, _img, _num, _read_json, is_compare_folder, is_run_folder, \
     not_a_results_folder
 from .report_run import data_text
@@ -36,7 +37,8 @@ def overlay_runs(folders: list[Path]) -> list[dict]:
             config = _read_json(d / "config.json")
             sc = config.get("scenario", {})
             runs.append({"source": folder, "run_dir": d, "config": config, "summary": _read_json(d / "summary.json"),
-                         "label": f"{sc.get('strategy', '?')} | {regime_label(str(sc.get('availability', '')))} | "
+                         "label": f"{recorded_strategy_label(config) or '?'} | "
+                                  f"{regime_label(str(sc.get('availability', '')))} | "
                                   f"seed {sc.get('seed', '?')}"})
     if not runs:
         raise ReportError(f"{', '.join(map(str, folders))}: no run with a metrics.csv to overlay")

@@ -56,6 +56,30 @@ def resolved_sections(sc: Scenario) -> dict[str, Any]:
         "stop": to_json(stop_rule(sc))}, default=str))
 
 
+def run_warnings(sc: Scenario) -> list[str]:
+    """What a run says once, at its start (``felix-jax run``) and in ``summary.json``'s ``warnings``:
+    settings that do nothing or under which a policy is not what its name says. An eval selector named
+    for a strategy without one is unused. A robust rule that is the plain mean of
+    ``aggregation_goal`` updates (the median of 2, a trim that drops none: :func:`~felix_jax.policies.
+    aggregators.robust.plain_mean_reason`) is no more robust than the mean there, nor at an aggregation
+    whose accepted updates are fewer."""
+    from ..policies.aggregators.robust import plain_mean_reason
+
+    resolved = sc.resolve_strategy()
+    warnings = []
+    if "name" in sc.eval_selector and resolved.strategy.eval_selector is None:
+        warnings.append(f"eval_selector.name={sc.eval_selector['name']}: strategy {sc.strategy} has no eval "
+                        "selector to replace; the option is unused")
+    k = sc.aggregation_goal
+    reason = plain_mean_reason(resolved.aggregator, k)
+    if reason is not None:
+        warnings.append(f"aggregator {resolved.strategy.aggregator} is the plain mean of the updates at "
+                        f"aggregation_goal={k} (K'={k} accepted updates): {reason}; it is no more robust than the "
+                        "mean there, nor at an aggregation with fewer accepted updates (docs/architecture.md, "
+                        "\"Robust aggregation\")")
+    return warnings
+
+
 def _first_difference(recorded, resolved, where: str) -> str | None:
     if isinstance(recorded, dict) and isinstance(resolved, dict):
         for key in sorted(set(recorded) | set(resolved)):

@@ -545,12 +545,15 @@ def write_results(out_dir: str | Path, config: dict, record: RunRecord, summary:
 
 
 def run_title(config: dict) -> str:
-    """A run's figure title: strategy, regime (a trace file by its name) and seed."""
+    """A run's figure title: strategy (with any component swapped in: ``felix[aggregator=median]``),
+    regime (a trace file by its name) and seed."""
+    from .naming import recorded_strategy_label
+
     sc = config.get("scenario", {})
     regime = str(sc.get("availability", ""))
     if "/" in regime or "\\" in regime:
         regime = Path(regime).name
-    return f"{sc.get('strategy', '')} | {regime} | seed {sc.get('seed', '')}"
+    return f"{recorded_strategy_label(config)} | {regime} | seed {sc.get('seed', '')}"
 
 
 def plot_accuracy(record: RunRecord, path: Path, title: str = "", target: float | None = None) -> None:

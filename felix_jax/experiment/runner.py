@@ -21,7 +21,7 @@ from .build import (CLIENT_OVERHEAD_BYTES, build_simulator, paper_client_sizes, 
 from .inputs import INPUTS_SECTION, InputsChanged, changed_in_folder, fingerprint_inputs
 from .progress import RunProgress, StopProgress  # noqa: F401
 from .resolution import (RECORD_SECTIONS, RESOLVED_SECTIONS, check_fleet, check_recorded_config,  # noqa: F401
-                         fleet_config, resolved_sections, stop_rule)
+                         fleet_config, resolved_sections, run_warnings, stop_rule)
 from .event_log import EVENTS_FILE
 from .results import (SNAPSHOT_DIR, MetricsStream, folder_lock, live_metrics, prepare_out_dir, run_title,
                       staged_results, summarize, write_config, write_results)
@@ -227,6 +227,7 @@ def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every
             if sim is not None and sim.event_stream is not None:
                 sim.event_stream.close()
     summary = summarize(record, sc.seed, sim.engine.batch_summary())
+    summary["warnings"] = run_warnings(sc)  # said once (felix-jax run prints them as it starts)
     ex = sim.executor
     summary["flush_tasks_mean"] = ex.flushed_tasks / ex.flushes if ex.flushes else 0.0
     summary["flush_train_tasks_max"] = ex.largest_flush

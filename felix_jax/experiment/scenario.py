@@ -6,7 +6,9 @@ profile, strategy) and are resolved once, in :mod:`felix_jax.experiment.runner`.
 field's type; dotted keys reach the strategy's policy options
 (``aggregator.normalize``, ``selector.variant``, ``eval_selector.min_age``: any
 field of the policy's config, see ``felix-jax run --list``) and the update guard
-(``update_guard.max_norm_ratio``). A scenario is
+(``update_guard.max_norm_ratio``); ``aggregator.name=median`` (or a bare
+``aggregator=median``) swaps the strategy's component for another registered one
+(:func:`~felix_jax.experiment.strategies.with_components`). A scenario is
 validated when it is built: a bad field or option raises one
 :class:`~felix_jax.options.OptionError` line naming it.
 """
@@ -25,7 +27,8 @@ import numpy as np
 from ..options import OptionError, parse_value, type_name
 from ..suggest import did_you_mean, known_names
 
-POLICY_FIELDS = ("selector", "eval_selector", "aggregator", "update_guard")
+COMPONENT_FIELDS = ("selector", "eval_selector", "aggregator")  # a strategy's components: KEY.name swaps one
+POLICY_FIELDS = COMPONENT_FIELDS + ("update_guard",)
 OPTION_FIELDS = POLICY_FIELDS + ("stream", "reading")  # dict fields that dotted keys reach
 
 
@@ -205,11 +208,13 @@ class Scenario:
         strategy's defaults, then the reading's Oort switches (for Oort selectors run as the FeLiX
         code's variant), then the scenario's own options."""
         from ..plugins import load_plugins
-        from .strategies import get_strategy, resolve_strategy
+        from .strategies import component_names, get_strategy, resolve_strategy, with_components
 
         load_plugins(self.plugins)
         try:
-            st = get_strategy(self.strategy)
+            # the strategy with the components the scenario names swapped in (aggregator.name=median)
+            st = with_components(get_strategy(self.strategy),
+                                 component_names(self.selector, self.eval_selector, self.aggregator))
             selector = dict(self.selector)
             if st.selector == "oort" and "variant" not in st.selector_options and "variant" not in selector:
                 selector = {**self.resolve_reading().selector_options(st.mode), **selector}
@@ -222,7 +227,14 @@ class Scenario:
         hints = typing.get_type_hints(Scenario)
         fields = {f.name for f in dataclasses.fields(self)}
         parsed: dict[str, typing.Any] = {}
+        # a bare component name (aggregator=median) first: the component from its own defaults, the
+        # options given with it (aggregator.trim=0.1) on top, whatever their order
+        named = {k: v for k, v in overrides.items() if k in COMPONENT_FIELDS and isinstance(v, str)}
+        for key, value in named.items():
+            parsed[key] = {"name": value}
         for key, value in overrides.items():
+            if key in named:
+                continue
             head, dot, option = key.partition(".")
             if dot and head in OPTION_FIELDS and option:
                 merged = parsed.setdefault(head, dict(getattr(self, head)))
@@ -232,7 +244,8 @@ class Scenario:
                 raise OptionError(unknown_field_message(key, fields))
             if key in OPTION_FIELDS:
                 if not isinstance(value, dict):
-                    raise OptionError(f"{key}={value!r}: expected an object of options, e.g. {{\"variant\": ...}}")
+                    raise OptionError(f"{key}={value!r}: expected an object of options, e.g. {{\"variant\": ...}}"
+                                      + (f", or a {key} name" if key in COMPONENT_FIELDS else ""))
                 parsed[key] = dict(value)
             else:
                 parsed[key] = parse_value(key, value, hints[key])
@@ -316,9 +329,11 @@ FIELD_HELP: dict[str, str] = {
     "device_profile": "per-client delays and speeds: paper_halfnormal, reference, flash, or a profile file",
     "strategy": "strategy name (run --list: strategies): mode, knowledge, selector(s), aggregator",
     "plugins": "comma-separated .py files or modules that register policies, strategies or models",
-    "selector": "options of the strategy's train selector (selector.KEY=V; run --list: policy options)",
-    "eval_selector": "options of the strategy's eval selector (eval_selector.KEY=V)",
-    "aggregator": "options of the strategy's aggregator (aggregator.KEY=V)",
+    "selector": "options of the strategy's train selector (selector.KEY=V; run --list: policy options); "
+                "selector.name=NAME (or selector=NAME) swaps in another selector",
+    "eval_selector": "options of the strategy's eval selector (eval_selector.KEY=V); eval_selector.name=NAME swaps it",
+    "aggregator": "options of the strategy's aggregator (aggregator.KEY=V); aggregator.name=NAME (or "
+                  "aggregator=NAME) swaps in another aggregator",
     "update_guard": "options of the server's check of client updates (update_guard.KEY=V)",
     "concurrency": "async: training tasks kept in flight (c)",
     "aggregation_goal": "updates per aggregation (K)",

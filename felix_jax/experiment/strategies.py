@@ -14,17 +14,28 @@ the async one ``OortConfig.fedscale_async()``, whose per-client exploration draw
 one-client refill explore. ``felix-oracle`` is FeLiX with oracle availability instead
 of TierTrack (the paper's Fig. 12); what its oracle does when a client leaves mid-task
 is the scenario's ``oracle_departure``.
+
+A scenario may also swap a strategy's component for another registered one by name
+(``aggregator.name=median``, ``selector.name=random``, ``eval_selector.name=...``:
+:func:`with_components`): the strategy keeps its mode and knowledge, the swapped
+component starts from its own defaults (the strategy's options were the old one's) and
+the scenario's options for it are checked against it. The strategy then records what
+it replaced (``swapped``) and is named by its :attr:`Strategy.label`,
+``felix[aggregator=median]``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from types import MappingProxyType
 from typing import Any, Mapping
 
 from ..fleet.knowledge import Knowledge
-from ..options import to_json
+from ..options import OptionError, to_json
 from ..policies import aggregator_config, selector_config
+
+COMPONENTS = ("selector", "eval_selector", "aggregator")  # what NAME.name swaps, in the order labels list them
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,10 +50,19 @@ class Strategy:
     selector_options: Mapping[str, Any] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
     eval_selector_options: Mapping[str, Any] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
     aggregator_options: Mapping[str, Any] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
+    # component -> the strategy's own one that a scenario swapped out (with_components); {}: none swapped
+    swapped: Mapping[str, str] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def label(self) -> str:
+        """The name, with the components swapped in where any are: ``felix[aggregator=median]``."""
+        if not self.swapped:
+            return self.name
+        return f"{self.name}[{','.join(f'{c}={getattr(self, c)}' for c in COMPONENTS if c in self.swapped)}]"
 
     def to_json(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        return to_json({k: dict(v) if isinstance(v, Mapping) else v for k, v in d.items()})
+        return to_json({**{k: dict(v) if isinstance(v, Mapping) else v for k, v in d.items()}, "label": self.label})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,24 +78,101 @@ class ResolvedStrategy:
         return {"selector": to_json(self.selector), "eval_selector": to_json(self.eval_selector),
                 "aggregator": to_json(self.aggregator)}
 
+    def eval_budget(self, aggregation_goal: int) -> int:
+        """Eval tasks the eval selector may send per aggregation round: its config's ``budget(K)`` where it
+        has one (TierSelect's ``int(budget_factor * K)``), else TierSelect's default ``int(1.5 * K)`` (an
+        eval selector swapped in or registered without a budget); 0 without an eval selector."""
+        if self.strategy.eval_selector is None:
+            return 0
+        budget = getattr(self.eval_selector, "budget", None)
+        if callable(budget):
+            return budget(aggregation_goal)
+        from ..policies.selectors.tierselect_math import eval_budget
+
+        return eval_budget(aggregation_goal)
+
+
+def component_names(selector: Mapping[str, Any] | None = None, eval_selector: Mapping[str, Any] | None = None,
+                    aggregator: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The components a scenario's option sections name (their ``name`` keys): ``{"aggregator": "median"}``."""
+    sections = {"selector": selector, "eval_selector": eval_selector, "aggregator": aggregator}
+    return {c: options["name"] for c, options in sections.items() if options and "name" in options}
+
+
+def with_components(st: Strategy, names: Mapping[str, Any]) -> Strategy:
+    """``st`` with each component ``names`` names (``{"aggregator": "median"}``) swapped in: that
+    component's strategy options dropped (they were the old one's), ``swapped`` recording the one
+    replaced. A name equal to the strategy's own swaps nothing; an eval selector named for a strategy
+    without one is checked, then unused, as its options are (a comparison's base scenario carries it
+    for the rows that have one; a run says so in its warnings). Raises OptionError (one line) for a
+    name that is not registered, listing the near ones.
+    """
+    from ..policies.aggregators import AGGREGATORS
+    from ..policies.selectors import SELECTORS
+    from ..suggest import known_names
+
+    changes: dict[str, Any] = {}
+    swapped = dict(st.swapped)
+    for component in COMPONENTS:
+        if component not in names:
+            continue
+        new = names[component]
+        kind, registry = (("aggregator", AGGREGATORS) if component == "aggregator" else ("selector", SELECTORS))
+        if not isinstance(new, str) or not new:
+            raise OptionError(f"{component}.name={new!r}: expected the name of a registered {kind}")
+        if new not in registry:
+            raise OptionError(f"{component}.name={new!r}: unknown {kind}"
+                              f"{known_names(new, sorted(registry), kind + 's')}; a plugin's needs its file: "
+                              "--set plugins=FILE.py")
+        current = getattr(st, component)
+        if current is None or new == current:  # no eval selector to replace: checked, then unused (as its options)
+            continue
+        changes[component], changes[f"{component}_options"] = new, MappingProxyType({})
+        swapped.setdefault(component, current)  # the strategy's own, however often swapped
+    if not changes:
+        return st
+    made = dataclasses.replace(st, **changes)
+    what = ", ".join(f"{c} {getattr(made, c)} for {swapped[c]}" for c in COMPONENTS if c in swapped)
+    return dataclasses.replace(made, swapped=MappingProxyType(swapped), description=f"{st.description} ({what})")
+
 
 def resolve_strategy(name: str, selector: Mapping[str, Any] | None = None,
                      eval_selector: Mapping[str, Any] | None = None,
                      aggregator: Mapping[str, Any] | None = None) -> ResolvedStrategy:
-    """The strategy's defaults overridden by a scenario's options.
+    """The strategy's defaults overridden by a scenario's options; a ``name`` among them swaps that
+    component (:func:`with_components`) and the options given with it are checked against the new one.
 
     Raises :class:`~felix_jax.options.OptionError` naming a bad key. Eval-selector
     options of a strategy without an eval selector are checked, then unused (a
     scenario may carry them for the FeLiX rows of a comparison).
     """
-    st = get_strategy(name)
+    st = with_components(get_strategy(name), component_names(selector, eval_selector, aggregator))
+    selector, eval_selector, aggregator = ({k: v for k, v in (options or {}).items() if k != "name"}
+                                           for options in (selector, eval_selector, aggregator))
     if eval_selector and st.eval_selector is None:  # a scenario's eval options apply to strategies that have one
         selector_config(DEFAULT_EVAL_SELECTOR, "eval_selector", **eval_selector)  # still caught if misspelt
-    sel = selector_config(st.selector, "selector", **{**st.selector_options, **(selector or {})})
-    ev = (selector_config(st.eval_selector, "eval_selector", **{**st.eval_selector_options, **(eval_selector or {})})
-          if st.eval_selector else None)
-    agg = aggregator_config(st.aggregator, **{**st.aggregator_options, **(aggregator or {})})
+    with _swapped_named(st):
+        sel = selector_config(st.selector, "selector", **{**st.selector_options, **selector})
+        ev = (selector_config(st.eval_selector, "eval_selector", **{**st.eval_selector_options, **eval_selector})
+              if st.eval_selector else None)
+        agg = aggregator_config(st.aggregator, **{**st.aggregator_options, **aggregator})
     return ResolvedStrategy(st, sel, ev, agg)
+
+
+@contextlib.contextmanager
+def _swapped_named(st: Strategy):
+    """An option refused for a swapped-in component says which component it was checked against, and how
+    to start from that component's defaults (a preset's options were the old one's)."""
+    try:
+        yield
+    except OptionError as e:
+        component = str(e).partition(".")[0].partition(":")[0]
+        if component not in st.swapped:
+            raise
+        new = getattr(st, component)
+        raise OptionError(f"{e} ({component}.name={new} swapped in {new} for {st.swapped[component]}: its options are "
+                          f"checked against {new}; --set {component}={new} starts from {new}'s defaults, dropping "
+                          "the options set before)") from None
 
 
 DEFAULT_EVAL_SELECTOR = "tierselect-eval"
