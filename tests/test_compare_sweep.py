@@ -173,14 +173,15 @@ def test_variants_that_ran_identically_are_named_with_the_option(tmp_path):
                 ("felix@timeout_s=30", same, [(0.0, 1), (1.0, 2)]),
                 ("felix@timeout_s=90", same, [(0.0, 1), (1.0, 2)]),  # the same run
                 ("felix@timeout_s=150", same, [(0.0, 1), (1.0, 3)]),  # same metrics, another client dispatched
-                ("fedbuff", same, [(0.0, 1), (1.0, 2)])):  # another strategy: never compared
+                ("fedbuff", same, [(0.0, 1), (1.0, 4)])):  # another strategy, another run
             rows.append({"strategy": label, "availability": "avail50", "seed": seed,
                          "run_dir": _run_folder(tmp_path, f"{label}-{seed}", metrics, dispatches)})
     labels = ["felix@timeout_s=30", "felix@timeout_s=90", "felix@timeout_s=150", "fedbuff"]
     assert run_fingerprint(rows[0]["run_dir"]) == run_fingerprint(rows[1]["run_dir"]) != run_fingerprint(
         rows[2]["run_dir"])
     groups = identical_variants(rows, labels, ["avail50"])
-    assert groups == [{"labels": labels[:2], "options": ["timeout_s"], "regimes": ["avail50"], "seeds": [0, 1]}]
+    assert groups == [{"kind": "tie", "labels": labels[:2], "options": ["timeout_s"], "regimes": ["avail50"],
+                       "seeds": [0, 1], "cells": [(labels[0], "avail50"), (labels[1], "avail50")]}]
     (line,) = identical_variant_warnings(rows, labels, ["avail50"])
     assert line.startswith("warning: felix@timeout_s=30 and felix@timeout_s=90 ran identically on avail50 "
                            "(seeds 0,1") and "timeout_s changed nothing there" in line
@@ -195,6 +196,39 @@ def test_variants_that_ran_identically_are_named_with_the_option(tmp_path):
     plain = [r for r in plain if r["seed"] == 0]
     assert [g["options"] for g in identical_variants(plain, ["felix", "felix@timeout_s=90"], ["avail50"])] == [
         ["timeout_s"]]
+
+
+def test_any_two_cells_that_ran_identically_are_said_strategies_and_settings_alike(tmp_path):
+    """Not only variants of one strategy: two strategies (fedbuff and fedbuff-tiertrack where nobody leaves),
+    one strategy on two values of a swept setting, and several at once."""
+    from felix_jax.experiment.variants import identical_variant_warnings
+
+    metrics, dispatches = "0,0,0,0.1\n10,0.003,1,0.4\n", [(0.0, 1), (1.0, 2)]
+    other = [(0.0, 1), (1.0, 3)]
+    cells = {("fedbuff", "avail100"): dispatches, ("fedbuff-tiertrack", "avail100"): dispatches,
+             ("fedbuff", "avail50"): other, ("fedbuff-tiertrack", "avail50"): [(0.0, 2)],
+             ("felix", "avail100 alpha=0.05"): [(0.0, 7)], ("felix", "avail100 alpha=1.0"): [(0.0, 7)]}
+    rows = [{"strategy": st, "availability": rg, "seed": 0,
+             "run_dir": _run_folder(tmp_path, f"{st}-{rg}".replace(" ", "_"), metrics, d)}
+            for (st, rg), d in cells.items()]
+    lines = identical_variant_warnings(rows, ["fedbuff", "fedbuff-tiertrack", "felix"],
+                                       ["avail100", "avail50", "avail100 alpha=0.05", "avail100 alpha=1.0"])
+    assert lines == [
+        "warning: fedbuff and fedbuff-tiertrack ran identically on avail100 (seed 0: the same metrics.csv and "
+        "dispatches): what sets these strategies apart decided nothing there (docs/results.md, \"Variants that ran "
+        "identically\")",
+        "warning: felix ran identically on avail100 alpha=0.05 and avail100 alpha=1.0 (seed 0: the same metrics.csv "
+        "and dispatches): what sets avail100 alpha=0.05 and avail100 alpha=1.0 apart decided nothing there "
+        "(docs/results.md, \"Variants that ran identically\")"]
+    # two strategies each on another regime, one run for both
+    mixed = [{"strategy": st, "availability": rg, "seed": 0,
+              "run_dir": _run_folder(tmp_path, f"mixed-{st}-{rg}", metrics, [(0.0, 9)] if st != "felix@x=1" else
+                                     [(0.0, 8)])}
+             for st, rg in (("fedbuff", "avail50"), ("felix", "avail100"), ("felix@x=1", "avail50"))]
+    assert identical_variant_warnings(mixed, ["fedbuff", "felix", "felix@x=1"], ["avail100", "avail50"]) == [
+        "warning: felix on avail100 and fedbuff on avail50 ran identically (seed 0: the same metrics.csv and "
+        "dispatches): what sets these cells apart decided nothing there (docs/results.md, \"Variants that ran "
+        "identically\")"]
 
 
 def test_timeout_s_changes_a_run_only_where_a_timer_frees_a_slot(tmp_path):
