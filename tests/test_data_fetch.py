@@ -344,6 +344,12 @@ def test_the_wheel_holds_the_traces_and_their_notice(tmp_path):
     for name in ("felix_reference_300clients.npz", "NOTICE", "LICENSE-flame-Apache-2.0.txt",
                  *rb.FLASH_FILES):
         assert f"felix_jax/traces/reference/{name}" in names, name
+    # every module of the source tree, under the name the package maps it to (a wheel without felix_jax.cli
+    # installs a felix-jax command that cannot start)
+    expected = {f"felix_jax/{p.relative_to(REPO / 'felix_jax').as_posix()}" for p in (REPO / "felix_jax").rglob("*.py")}
+    expected |= {f"felix_jax/{top}/{p.relative_to(REPO / top).as_posix()}" for top in ("models", "traces")
+                 for p in (REPO / top).rglob("*.py")}
+    assert not sorted(expected - names)
 
 
 @pytest.mark.slow
