@@ -88,6 +88,12 @@ def _compare(args: argparse.Namespace) -> int:
         except USER_ERRORS as e:
             raise SystemExit(f"felix-jax compare: availability {name!r}: {one_line(e)}")
     _check_cell_folders(regimes)
+    from ..experiment.inputs import missing_data
+
+    for rg in regimes:  # a data set that is not here: one line naming it and the fetch, before any work
+        missing = missing_data(base.with_overrides({"availability": rg}))
+        if missing:
+            raise SystemExit(f"felix-jax compare: {missing}")
     enable_cache("compare")  # before the results folder is made
     if args.out is not None and not args.out.strip():
         raise SystemExit(f"felix-jax compare: --out {args.out!r}: an empty path; give a folder name")

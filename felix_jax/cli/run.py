@@ -138,6 +138,11 @@ def _run(args: argparse.Namespace) -> int:
 
         # the reading in the default name, where not the default
         out = Path(args.out) if args.out else user_path(str(default_run_dir(scenario)))
+    from ..experiment.inputs import missing_data
+
+    missing = missing_data(scenario)  # before any work: one line naming the file and the command that gets it
+    if missing:
+        raise SystemExit(f"felix-jax run: {missing}")
     _check_devices(scenario)
     enable_cache("run")  # before the results folder is made: a cache that cannot be used leaves nothing
     created = not out.exists()
