@@ -138,13 +138,49 @@ def drawn(monkeypatch):
 
 
 def test_a_file_regime_is_named_by_its_file_in_the_table():
-    assert regime_label(TRACE) == "my_phones_trace.csv" and regime_label("ref:syn_50") == "ref:syn_50"
+    assert regime_label(TRACE) == "my_phones_trace.csv" and regime_label("avail50") == "avail50"
     rows = [{"strategy": "felix", "availability": TRACE, "seed": 0, "time_to_target_h": 1.0, "bytes_train": 1e9,
              "bytes_eval": 0, "bytes_total": 1e9, "aggregations": 3, "final_accuracy": 0.5, "run_dir": "."}]
     table = comparison_table(rows, ["felix"], [TRACE], target=0.5)
     assert TRACE not in table and "my_phones_trace.csv" in table
     header, line = table.splitlines()[1:3]
     assert header.index("strategy") == line.index("felix")  # the columns line up
+
+
+def test_the_papers_traces_are_named_as_the_paper_names_them_with_the_trace_beside():
+    names = {"ref:syn_0": "100% (ref:syn_0)", "ref:syn_20": "90% (ref:syn_20)", "ref:syn_50": "50% (ref:syn_50)",
+             "ref:mobiperf_2st": "MobiPerf (ref:mobiperf_2st)", "ref:mobiperf_3st_50": "MobiPerf (ref:mobiperf_3st_50)",
+             "ref:mobiperf_3st_75": "MobiPerf (ref:mobiperf_3st_75)", "mobiperf": "MobiPerf (mobiperf)"}
+    assert {rg: regime_label(rg) for rg in names} == names
+    rows = [{"strategy": "felix", "availability": "ref:syn_20", "seed": 0, "time_to_target_h": 1.0, "bytes_train": 1e9,
+             "bytes_eval": 0, "bytes_total": 1e9, "aggregations": 3, "final_accuracy": 0.5, "run_dir": "."}]
+    assert "90% (ref:syn_20)" in comparison_table(rows, ["felix"], ["ref:syn_20"], target=0.5)
+
+
+def test_the_papers_ratios_are_in_the_legend_and_their_labels_never_overlap(tmp_path, drawn):
+    """Three of the paper's ratios within x1.27-x1.38 on 100% and two within x1.50-x1.52 on 50%: each panel
+    is titled by the paper's name and the trace, each ratio's label sits beside its panel clear of the
+    others', and the legend gives every ratio by the paper's regime names."""
+    sts = ["felix", "oort-oracle", "oort-async-oracle", "oort-async"]
+    curve = [{"availability": rg, "strategy": st, "target": round(0.3 + 0.01 * i, 2), "n": 3, "seeds": 3,
+              "ratio_geomean": 1.2 + 0.1 * k, "ratio_ci95_low": None, "ratio_ci95_high": None}
+             for rg in ("ref:syn_0", "ref:syn_50") for k, st in enumerate(sts[1:]) for i in range(10)]
+    paper = {("oort-oracle", "ref:syn_0"): 9.1 / 6.6, ("oort-async-oracle", "ref:syn_0"): 8.9 / 6.6,
+             ("oort-async", "ref:syn_0"): 8.4 / 6.6,
+             ("oort-oracle", "ref:syn_50"): 9.3 / 6.2, ("oort-async-oracle", "ref:syn_50"): 9.4 / 6.2}
+    curve_figures.plot_speedup_vs_target(curve, sts, ["ref:syn_0", "ref:syn_50"], tmp_path, "felix", paper=paper)
+    fig = drawn["speedup_vs_target.png"]
+    assert [ax.get_title() for ax in fig.axes] == ["100% (ref:syn_0)", "50% (ref:syn_50)"]
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax, expected in zip(fig.axes, (["x1.38", "x1.35", "x1.27"], ["x1.50", "x1.52"])):
+        labels = [t for t in ax.texts if "x1." in t.get_text()]
+        assert [t.get_text().split("x")[-1] for t in labels] == [e[1:] for e in expected]
+        boxes = [t.get_window_extent(renderer) for t in labels]
+        assert not any(_overlaps(boxes[i], boxes[j]) for i in range(len(boxes)) for j in range(i + 1, len(boxes)))
+    texts = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "oort-oracle, the paper's ratio: x1.38 on 100%, x1.50 on 50%" in texts
+    assert "oort-async, the paper's ratio: x1.27 on 100%" in texts
 
 
 def test_every_figure_has_units_on_every_axis_and_file_regimes_by_name(comparison, drawn):

@@ -189,3 +189,29 @@ def test_the_paper_column_follows_the_modality():
     assert pm.paper_ratio("oort-async", "MobiPerf", "speech_commands") == "-"
     assert pm.paper_ratio("felix", "MobiPerf", "speech_commands") == "x1.00"
     assert pm.paper_ratio("oort-oracle", "50%", "speech_commands") == "-"  # the paper ran speech on MobiPerf only
+
+
+def test_the_paper_matrix_names_the_papers_regimes_as_the_paper_does(tmp_path):
+    """``ref:syn_20`` is the paper's 90%: its rows read ``90% (ref:syn_20)`` and carry the paper's 90%
+    ratio (OORT+Async 15.5 h / FeLiX 6.5 h); MobiPerf's other traces are named MobiPerf but carry no
+    ratio of the paper's (it ran ref:mobiperf_3st_50, which ``mobiperf`` is)."""
+    pm = _paper_matrix()
+    regimes = ["ref:syn_0", "ref:syn_20", "ref:syn_50", "ref:mobiperf_3st_50", "mobiperf", "ref:mobiperf_2st",
+               "avail50"]
+    assert [pm.paper_key(rg) for rg in regimes] == ["100%", "90%", "50%", "MobiPerf", "MobiPerf", None, None]
+    (tmp_path / "metrics.csv").write_text("hours,accuracy\n0.0,0.1\n1.0,0.7\n")
+    summary = {"bytes_train": 0.9e9, "bytes_eval": 0.1e9, "control_bytes": 1e6, "aggregations": 10,
+               "end_time_s": 3600.0, "stop_reason": "target"}
+    rows = [{**r, "availability": rg, "run_dir": str(tmp_path), "_summary": summary}
+            for r in ROWS if r["strategy"] != "fedbuff" for rg in ("ref:syn_20", "ref:mobiperf_2st")]
+    strategies = ["felix", "oort-async"]
+    table = pm.fidelity_table(rows, strategies, ["ref:syn_20", "ref:mobiperf_2st"])
+    cells = lambda line: [c.strip() for c in line.strip("|").split("|")]  # noqa: E731
+    head = cells(table.splitlines()[0])
+    found = {(c["regime"], c["strategy"]): c["paper"] for c in (dict(zip(head, cells(ln)))
+                                                                for ln in table.splitlines()[2:6])}
+    assert found == {("90% (ref:syn_20)", "felix"): "x1.00", ("90% (ref:syn_20)", "oort-async"): "x2.38",
+                     ("MobiPerf (ref:mobiperf_2st)", "felix"): "-", ("MobiPerf (ref:mobiperf_2st)", "oort-async"): "-"}
+    assert "| 90% (ref:syn_20) | oort-async |" in pm.diagnostics_table(rows, strategies, ["ref:syn_20"])
+    assert pm.paper_ratios(strategies, ["ref:syn_20", "ref:mobiperf_2st"]) == \
+        {("oort-async", "ref:syn_20"): pytest.approx(15.5 / 6.5)}

@@ -10,8 +10,32 @@ from pathlib import Path
 AXES = {"strategy": "--strategies", "availability": "--availability", "seed": "--seeds"}  # a comparison's own
 
 
+# the paper's recorded traces by the names the paper gives them (its Figs. 5-10 and Table 3): the one place
+# that names them, for every table, figure title, report and log line (:func:`regime_label`)
+PAPER_REGIMES = {
+    "ref:syn_0": "100%",
+    "ref:syn_20": "90%",  # the paper's 90% (the trace's name is historical)
+    "ref:syn_50": "50%",
+    "ref:mobiperf_2st": "MobiPerf",
+    "ref:mobiperf_3st_50": "MobiPerf",  # the paper's MobiPerf runs (``mobiperf`` is this trace too)
+    "ref:mobiperf_3st_75": "MobiPerf",
+    "mobiperf": "MobiPerf",
+}
+
+
+def paper_regime(regime: str) -> str | None:
+    """The paper's name of a regime that is one of its traces (``100%``, ``90%``, ``50%``, ``MobiPerf``),
+    else None."""
+    return PAPER_REGIMES.get(regime)
+
+
 def regime_label(regime: str) -> str:
-    """A regime as tables and figure titles show it: a trace file by its base name, not its path."""
+    """A regime as tables, figure titles, the report and log lines show it: one of the paper's traces by
+    the paper's name with the trace beside it (``100% (ref:syn_0)``), a trace file by its base name, not
+    its path, any other by its name."""
+    paper = paper_regime(regime)
+    if paper is not None:
+        return f"{paper} ({regime})"
     return Path(regime).name if "/" in regime or "\\" in regime else regime
 
 

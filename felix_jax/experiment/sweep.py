@@ -299,6 +299,7 @@ def run_sweep(jobs: list[SweepJob], batch: int | None = None, *, plot: bool = Tr
     ``deadline`` (``time.time()``) are not started. Every ``progress_every_s`` seconds of a batch
     one line says how far its experiments got (``log``, default stderr).
     """
+    from .cells import regime_label
     from .progress import comparison_eta
     from .runner import run
 
@@ -357,7 +358,7 @@ def run_sweep(jobs: list[SweepJob], batch: int | None = None, *, plot: bool = Tr
             for i in members:
                 r = results[i]
                 if r is not None:
-                    log(f"  {r.scenario.strategy} on {r.scenario.availability}, seed {r.scenario.seed}: "
+                    log(f"  {r.scenario.strategy} on {regime_label(r.scenario.availability)}, seed {r.scenario.seed}: "
                         f"{r.summary['stop_reason']} after {r.summary['aggregations']} aggregations")
             failed = [e for e in errors if e is not None]
             if failed:

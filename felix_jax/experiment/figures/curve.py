@@ -3,17 +3,20 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
 
-from ..cells import regime_label
+from ..cells import paper_regime, regime_label
 from .style import (FONT_M, FONT_S, GRID_ALPHA, NOTE_COLOR, legend_below, pyplot, ratio_label, ratio_ticks, save,
                     strategy_styles)
 
 CURVE_FIGURE = "speedup_vs_target.png"
 
 
+PAPER_LINE = (0, (1, 3))  # the paper's ratio: sparse dots, apart from every strategy's own line style
+PAPER_LABEL_PT = 10.0  # the height a label of the paper's ratio takes in a panel, in points (FONT_S and room)
 OUTLIER_FENCE = 3.0  # a ratio this many interquartile ranges (on the log scale) past the quartiles is an outlier ...
 OUTLIER_LEAST = 2.0  # ... and at least this factor past them (a tight cluster does not make x1.3 an outlier)
 
@@ -30,6 +33,35 @@ def ratio_axis(curve: list[dict], paper: dict | None = None) -> tuple[float, flo
     inside = [float(np.exp(v)) for v in ratios if fence_lo <= np.exp(v) <= fence_hi]
     shown = inside + [1.0] + [v for v in (paper or {}).values() if v]
     return min(shown) / 1.6, max(shown) * 1.6
+
+
+def stacked(fractions: list[float], gap: float) -> list[float]:
+    """Positions (axes fractions, in the order given) for labels wanted at ``fractions``, each moved as
+    little as it takes to be ``gap`` from the next and inside the panel: upwards from the lowest, then
+    downwards from the top where they would leave it."""
+    order = sorted(range(len(fractions)), key=lambda i: fractions[i])
+    pos = [0.0] * len(fractions)
+    last = -math.inf
+    for i in order:
+        last = pos[i] = max(fractions[i], last + gap, gap / 2)
+    top = 1 - gap / 2
+    for i in reversed(order):
+        if pos[i] <= top:
+            break
+        pos[i], top = top, top - gap
+    return pos
+
+
+def paper_labels(ax, marks: list[tuple[float, str]], y_lo: float, y_hi: float) -> list:
+    """``xN`` just right of a panel beside each of the paper's ratios (``marks``: ratio, color) on its log
+    axis ``y_lo``-``y_hi`` (outside the data; the legend says whose ratio each is), stacked so that no
+    two overlap (:func:`stacked`)."""
+    fig = ax.get_figure()
+    height_pt = ax.get_position().height * fig.get_size_inches()[1] * 72
+    wanted = [(math.log(v) - math.log(y_lo)) / (math.log(y_hi) - math.log(y_lo)) for v, _ in marks]
+    return [ax.text(1.01, y, f"x{v:.2f}", transform=ax.transAxes, ha="left", va="center", fontsize=FONT_S,
+                    color=color, clip_on=False)
+            for (v, color), y in zip(marks, stacked(wanted, PAPER_LABEL_PT / height_pt))]
 
 
 def _outlier_note(st: str, points: list[dict]) -> str:
@@ -73,8 +105,10 @@ def plot_speedup_vs_target(curve: list[dict], strategies: list[str], regimes: li
     # the axis fits the geometric means (and x1, and the paper's marks) but the outliers, not the bands: a
     # band over 2 seeds can span decades and would squash the points; it is clipped at the axis
     y_lo, y_hi = ratio_axis(curve, paper)
+    papers: dict[str, list[tuple[str, float]]] = {}  # strategy -> (regime, the paper's ratio): the legend's
     for ax, rg in zip(axes[0], regimes):
         drawn = False
+        marks_here: list[tuple[float, str]] = []  # the paper's ratios in this panel: their labels, stacked
         levels = np.array([r["target"] for r in curve if r["availability"] == rg])
         for st in strategies:
             sel = [r for r in curve if r["availability"] == rg and r["strategy"] == st and r["ratio_geomean"]]
@@ -115,9 +149,9 @@ def plot_speedup_vs_target(curve: list[dict], strategies: list[str], regimes: li
                 bx, blo, bhi = (np.array(v) for v in zip(*band))
                 ax.fill_between(bx, blo, bhi, color=color, alpha=0.15, lw=0)
             if paper and paper.get((st, rg)):
-                ax.axhline(paper[(st, rg)], color=color, ls=":", lw=1.2)
-                ax.annotate(f"paper x{paper[(st, rg)]:.2f}", (1.0, paper[(st, rg)]), xycoords=("axes fraction", "data"),
-                            xytext=(-2, 2), textcoords="offset points", ha="right", fontsize=FONT_S, color=color)
+                ax.axhline(paper[(st, rg)], color=color, ls=PAPER_LINE, lw=1.2)
+                marks_here.append((paper[(st, rg)], color))
+                papers.setdefault(st, []).append((rg, paper[(st, rg)]))
             drawn = True
         if not drawn:
             ax.text(0.5, 0.5, "no level both reached", transform=ax.transAxes, ha="center", color=NOTE_COLOR,
@@ -130,6 +164,7 @@ def plot_speedup_vs_target(curve: list[dict], strategies: list[str], regimes: li
         ax.yaxis.set_major_locator(FixedLocator(ratio_ticks(y_lo, y_hi, least=5)))
         ax.yaxis.set_minor_locator(NullLocator())
         ax.yaxis.set_major_formatter(FuncFormatter(ratio_label))
+        paper_labels(ax, marks_here, y_lo, y_hi)
         ax.set_title(regime_label(rg), fontsize=FONT_M)
         ax.set_xlabel("target accuracy (the paper's rule)", fontsize=FONT_M)
         ax.grid(alpha=GRID_ALPHA, which="both")
@@ -146,5 +181,9 @@ def plot_speedup_vs_target(curve: list[dict], strategies: list[str], regimes: li
             if key in marks:
                 legend.append(handle)
                 labels.append(label)
+        for st, ratios in papers.items():  # the paper's ratios, by the paper's regime names
+            legend.append(Line2D([], [], color=styles[st]["color"], ls=PAPER_LINE, lw=1.2))
+            labels.append(f"{st}, the paper's ratio: "
+                          + ", ".join(f"x{v:.2f} on {paper_regime(rg) or regime_label(rg)}" for rg, v in ratios))
         legend_below(fig, legend, labels)
     return save(fig, path)

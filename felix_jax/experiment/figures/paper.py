@@ -27,6 +27,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..cells import regime_label
 from .style import FONT_L, FONT_M, FONT_S, FONT_XS, GRID_ALPHA, NOTE_COLOR, palette, pyplot, save
 
 FIGURES = ("selection.png", "eval_tier.png", "late_weights.png")
@@ -59,6 +60,7 @@ def _bar(ax, x: float, values: list[float], color, width: float = 0.8) -> None:
 
 
 def _bar_axes(ax, names: list[str], title: str, ylabel: str, **ticks) -> None:
+    # ``title``: the regime on its own line above what the panel shows (a trace's name with it is long)
     ax.set_xticks(range(len(names)), names, fontsize=FONT_S, **ticks)
     ax.set_title(title, fontsize=FONT_M)
     ax.set_xlabel("strategy", fontsize=FONT_S)
@@ -75,7 +77,7 @@ def _save(fig, out: Path, name: str, title: str) -> Path:
 
 
 def plot_selection(rows: list[dict], strategies: list[str], regimes: list[str], out: Path,
-                   label: Callable[[str], str] = str) -> Path | None:
+                   label: Callable[[str], str] = regime_label) -> Path | None:
     """``selection.png``: mean picked utility and duration per strategy and regime (Fig. 13)."""
     import matplotlib.pyplot as plt
 
@@ -93,11 +95,11 @@ def plot_selection(rows: list[dict], strategies: list[str], regimes: list[str], 
             ax = axes[row][col]
             for i, st in enumerate(names):
                 _bar(ax, i, _values(_cells(rows, st, rg), key), colors[st])
-            _bar_axes(ax, names, f"{label(rg)}: {title}", ylabel, rotation=45, ha="right")
+            _bar_axes(ax, names, f"{label(rg)}:\n{title}", ylabel, rotation=45, ha="right")
     return _save(fig, out, "selection.png", "selected clients (mean over seeds, line: lowest to highest seed)")
 
 
-def plot_eval_tier(rows: list[dict], regimes: list[str], out: Path, label: Callable[[str], str] = str,
+def plot_eval_tier(rows: list[dict], regimes: list[str], out: Path, label: Callable[[str], str] = regime_label,
                    on: str = "felix", off: str = "felix-no-eval") -> Path | None:
     """``eval_tier.png``: ``on`` against ``off`` where both ran (Fig. 14)."""
     import matplotlib.pyplot as plt
@@ -121,7 +123,7 @@ def plot_eval_tier(rows: list[dict], regimes: list[str], out: Path, label: Calla
                 if key == "time_to_target_h" and len(values) < len(cells):
                     ax.annotate(f"{len(values)}/{len(cells)} reached", (i, 0), ha="center", va="bottom",
                                 fontsize=FONT_XS)
-            _bar_axes(ax, [on, off], f"{label(rg)}: {title}", ylabel)
+            _bar_axes(ax, [on, off], f"{label(rg)}:\n{title}", ylabel)
     return _save(fig, out, "eval_tier.png", "the eval tier on and off (mean over seeds, line: lowest to highest seed)")
 
 
@@ -150,7 +152,7 @@ def relative_late_weights(cells: list[dict], max_staleness: int = MAX_STALENESS)
         return np.where(count > 0, total / count, np.nan) / fresh.mean()
 
 
-def plot_late_weights(rows: list[dict], regimes: list[str], out: Path, label: Callable[[str], str] = str,
+def plot_late_weights(rows: list[dict], regimes: list[str], out: Path, label: Callable[[str], str] = regime_label,
                       strategies: tuple[str, ...] = LATE_WEIGHT_STRATEGIES) -> Path | None:
     """``late_weights.png``: weight against staleness, and TierFuse's time to target (Fig. 15)."""
     import matplotlib.pyplot as plt
@@ -185,12 +187,12 @@ def plot_late_weights(rows: list[dict], regimes: list[str], out: Path, label: Ca
         names = [st for st in ("felix", "felix-no-tierfuse") if _cells(rows, st, rg)]
         for i, st in enumerate(names):
             _bar(bars, i, _values(_cells(rows, st, rg), "time_to_target_h"), colors[st])
-        _bar_axes(bars, names, f"{label(rg)}: hours to target", "virtual hours to target")
+        _bar_axes(bars, names, f"{label(rg)}:\nhours to target", "virtual hours to target")
     return _save(fig, out, "late_weights.png", "TierFuse against FedBuff weights (all seeds' updates pooled)")
 
 
 def plot_paper_figures(rows: list[dict], strategies: list[str], regimes: list[str], out: Path,
-                       label: Callable[[str], str] = str) -> list[Path]:
+                       label: Callable[[str], str] = regime_label) -> list[Path]:
     """Every figure of the module docstring that the rows allow, under ``out``."""
     pyplot()  # drawing to files
     out.mkdir(parents=True, exist_ok=True)
