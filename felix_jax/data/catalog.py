@@ -147,7 +147,8 @@ def fetch(name: str, *, url: str | None = None, sha256: str | None = None, size:
                                 f"{expected_sha}: remove it and fetch again")
     else:
         origin = url or archive.url
-        say(f"fetching {name} ({size_text(expected_size or archive.size)}) from {origin} into {dest.parent}")
+        size_said = f" ({size_text(expected_size)})" if expected_size is not None else ""
+        say(f"fetching {name}{size_said} from {origin} into {dest.parent}")
         download(origin, dest, sha256=expected_sha, size=expected_size, progress=progress, what=name)
     target = dest
     if ds.prepare is not None:
