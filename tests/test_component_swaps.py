@@ -118,6 +118,14 @@ def test_the_command_line_swap_runs_is_recorded_named_and_reruns_from_its_config
     assert default_run_dir(tiny(strategy="felix")).name.startswith("tiny-felix-")  # the plain run's folder differs
 
 
+def test_the_progress_bar_names_the_swap():
+    from felix_jax.experiment.progress import RunProgress
+
+    assert RunProgress(tiny(strategy="felix", aggregator="median"), enabled=False).label == \
+        "felix[aggregator=median]/avail100"
+    assert RunProgress(tiny(strategy="felix"), enabled=False).label == "felix/avail100"
+
+
 def test_a_robust_rule_that_is_the_plain_mean_says_so_once(tmp_path, capsys):
     out = tmp_path / "r"
     assert main(["run", *TINY, "--set", "strategy=felix", "--set", "aggregator=median", "--out", str(out)]) == 0

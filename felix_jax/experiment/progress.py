@@ -5,9 +5,11 @@ numbers in :class:`StopProgress`), and the text a comparison's cells and a sweep
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import math
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -114,7 +116,8 @@ class RunProgress:
     ``<= T`` (the cap's, an upper bound: the target may end the run sooner). ``wall_budget_s``: the
     run stops after that much wall time (a comparison's ``cell_budget_s``), from this object's
     creation: the ETA is never later, and before there is a rate it is that bound (``<= T``).
-    ``label``: what the lines and the bar call the run (default ``strategy/regime``).
+    ``label``: what the lines and the bar call the run (default ``strategy/regime``, the strategy by
+    its label: ``felix[aggregator=median]/avail50``).
 
     On a terminal a tqdm bar; elsewhere (a notebook, a log file) plain lines, at most one per
     ``every_s`` seconds of wall time and one at the end. Fed every checkpoint; ``latest`` holds the
@@ -143,7 +146,8 @@ class RunProgress:
         self.lines = False  # plain periodic lines instead of a bar
         self.every_s, self._last_line, self._last_cp, self._printed = every_s, -math.inf, None, None
         self._shown = 0.0
-        self.label = label or f"{sc.strategy}/{Path(sc.availability).name}"
+        # a component swapped into the strategy shows: felix[aggregator=median]/avail50
+        self.label = label or f"{sc.resolve_strategy().strategy.label}/{Path(sc.availability).name}"
         if enabled:
             terminal = sys.stderr.isatty() if terminal is None else terminal
             if terminal:
@@ -231,3 +235,31 @@ class RunProgress:
             self.bar.close()
         elif self.lines and self._last_cp is not None and self._printed is not self._last_cp:  # the last, once
             self._print_line(self._last_cp)
+
+    @contextlib.contextmanager
+    def writing(self, what: str, slow_s: float = 3.0):
+        """Around writing one of the run's files once it has stopped (``summary.json``'s reading of the
+        event log, a figure): where it takes more than ``slow_s`` seconds, a line says what is being
+        written, and another when it is done, so that the last progress line is not followed by
+        minutes of silence. Nothing is printed without a display, or for a quick file."""
+        if self.bar is None and not self.lines:
+            yield
+            return
+        start = self.clock()
+        said = threading.Event()
+
+        def say() -> None:
+            said.set()
+            print(f"{self.label}: writing {what} ...", file=sys.stderr, flush=True)
+
+        timer = threading.Timer(slow_s, say)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
+            timer.join()  # a line being said is said whole, before the one after it
+            if said.is_set():
+                print(f"{self.label}: {what} written in {self.clock() - start:,.1f} s", file=sys.stderr,
+                      flush=True)
