@@ -99,10 +99,12 @@ def test_cli_run_writes_results(tmp_path, capsys):
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["aggregations"] == 3
 
 
-def test_cli_missing_data_is_a_clean_error(monkeypatch):
+def test_cli_missing_data_is_a_clean_error(monkeypatch, tmp_path):
     monkeypatch.delenv("FELIX_JAX_DATA", raising=False)
-    with pytest.raises(SystemExit, match="FELIX_JAX_DATA"):
-        main(["run", "--preset", "cifar10-small", "--quiet", "--out", "/tmp/never-written"])
+    monkeypatch.setenv("FELIX_JAX_CACHE", str(tmp_path / "cache"))  # a data home without CIFAR-10
+    with pytest.raises(SystemExit, match="needs cifar10 .*get it with `felix-jax data fetch cifar10`"):
+        main(["run", "--preset", "cifar10-small", "--quiet", "--out", str(tmp_path / "never-written")])
+    assert not (tmp_path / "never-written").exists()
 
 
 def test_results_stream_to_disk_as_the_run_goes(tmp_path, monkeypatch):
