@@ -62,7 +62,9 @@ def run_warnings(sc: Scenario) -> list[str]:
     for a strategy without one is unused. A robust rule that is the plain mean of
     ``aggregation_goal`` updates (the median of 2, a trim that drops none: :func:`~felix_jax.policies.
     aggregators.robust.plain_mean_reason`) is no more robust than the mean there, nor at an aggregation
-    whose accepted updates are fewer."""
+    whose accepted updates are fewer; so is Multi-Krum or Bulyan at f=0 averaging every update
+    (:func:`~felix_jax.policies.aggregators.byzantine.plain_mean_reason`)."""
+    from ..policies.aggregators import byzantine
     from ..policies.aggregators.robust import plain_mean_reason
 
     resolved = sc.resolve_strategy()
@@ -71,7 +73,7 @@ def run_warnings(sc: Scenario) -> list[str]:
         warnings.append(f"eval_selector.name={sc.eval_selector['name']}: strategy {sc.strategy} has no eval "
                         "selector to replace; the option is unused")
     k = sc.aggregation_goal
-    reason = plain_mean_reason(resolved.aggregator, k)
+    reason = plain_mean_reason(resolved.aggregator, k) or byzantine.plain_mean_reason(resolved.aggregator, k)
     if reason is not None:
         warnings.append(f"aggregator {resolved.strategy.aggregator} is the plain mean of the updates at "
                         f"aggregation_goal={k} (K'={k} accepted updates): {reason}; it is no more robust than the "
@@ -128,6 +130,11 @@ def check_fleet(sc: Scenario, strategy) -> None:
         from .registry import unknown_regime
 
         raise OptionError(f"availability={sc.availability!r}: {unknown_regime(sc.availability)}")
+    from ..policies.aggregators.byzantine import too_few_updates
+
+    why = too_few_updates(sc.resolve_strategy().aggregator, strategy.aggregator, sc.aggregation_goal)
+    if why is not None:  # Krum's n > 2f + 2, Bulyan's n >= 4f + 3: refused before any data is loaded
+        raise OptionError(why)
     if strategy.mode == "sync" and sc.aggregation_goal > sc.num_clients:
         raise OptionError(f"aggregation_goal={sc.aggregation_goal}: a sync round needs that many distinct clients "
                           f"but the population has num_clients={sc.num_clients}")

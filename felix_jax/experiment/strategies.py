@@ -206,6 +206,16 @@ STRATEGIES: dict[str, Strategy] = {
                  "available to train"),
         Strategy("fedbuff-oracle", "async", _O, "random", "fedbuff",
                  "FedBuff with oracle availability: random clients among those the trace has available"),
+        # Byzantine-robust aggregation (policies/aggregators/byzantine.py): FedBuff's fleet, another rule
+        Strategy("krum", "async", _N, "random", "krum",
+                 "Krum (Blanchard et al., NeurIPS 2017): async, random clients, the buffered update with the "
+                 "least sum of squared distances to its K-f-2 nearest (f=1; needs K >= 2f+3)"),
+        Strategy("multi-krum", "async", _N, "random", "multi-krum",
+                 "Multi-Krum (Blanchard et al., NeurIPS 2017): async, random clients, the mean of the m = K-f "
+                 "buffered updates of least Krum score (f=1; needs K >= 2f+3)"),
+        Strategy("bulyan", "async", _N, "random", "bulyan",
+                 "Bulyan (El Mhamdi et al., ICML 2018): async, random clients, K-2f updates by iterated Krum, then "
+                 "per coordinate the mean of the K-4f values nearest their median (f=1; needs K >= 4f+3)"),
         # ablations: what FeLiX's gain is made of
         Strategy("felix-no-eval", "async", _T, "oort", "tierfuse", "FeLiX without the eval selector"),
         Strategy("felix-no-tierfuse", "async", _T, "oort", "fedbuff", "FeLiX with FedBuff weights instead of TierFuse",

@@ -3,7 +3,9 @@
 Each module holds a frozen config and a ``make_*(config) -> Aggregator``; the
 string ids live only here, at the ``make`` edge. The robust rules
 (``trimmed-mean``, ``median``: :mod:`.robust`) replace the weighted reduction
-with their own ``combine``.
+with their own ``combine``; the Byzantine-robust selections (``krum``,
+``multi-krum``, ``bulyan``: :mod:`.byzantine`) weigh what they select and
+reduce it with theirs.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import jax
 from ...options import OptionSpec
 from ...plugin_calls import check_signature, guarded, is_plugin
 from .base import Aggregator, BufferInfo, apply_weighted_deltas
+from .byzantine import (BulyanConfig, KrumConfig, MultiKrumConfig, bulyan_update, make_bulyan, make_krum,
+                        make_multi_krum, multi_krum_update)
 from .deltas import DeltaBound, clip_or_normalize_deltas, update_norms
 from .fedasync import FedAsyncConfig, StalenessFunction, make_fedasync
 from .fedavg import FedAvgConfig, make_fedavg
@@ -32,6 +36,9 @@ AGGREGATORS: dict[str, Callable[..., Aggregator]] = {
     "tierfuse": make_tierfuse,
     "trimmed-mean": make_trimmed_mean,
     "median": make_median,
+    "krum": make_krum,
+    "multi-krum": make_multi_krum,
+    "bulyan": make_bulyan,
 }
 
 # How each aggregator is configured from a scenario (``aggregator.<field>``), with named variants.
@@ -43,6 +50,9 @@ AGGREGATOR_OPTIONS: dict[str, OptionSpec] = {
     "tierfuse": OptionSpec(TierFuseConfig, {"paper": TierFuseConfig, "code": TierFuseConfig.felix_code}),
     "trimmed-mean": OptionSpec(TrimmedMeanConfig),
     "median": OptionSpec(MedianConfig),
+    "krum": OptionSpec(KrumConfig),
+    "multi-krum": OptionSpec(MultiKrumConfig),
+    "bulyan": OptionSpec(BulyanConfig),
 }
 
 
@@ -80,10 +90,12 @@ def make_aggregator(name: str, config=None, **options) -> Aggregator:
 
 
 __all__ = [
-    "AGGREGATORS", "AGGREGATOR_OPTIONS", "aggregator_config", "Aggregator", "BufferInfo", "DeltaBound", "FEDSCALE_MAX_STALENESS",
-    "FedAsyncConfig", "FedAvgConfig", "FedBuffConfig", "MedianConfig", "REFLBufferInfo", "REFLSAAConfig",
+    "AGGREGATORS", "AGGREGATOR_OPTIONS", "aggregator_config", "Aggregator", "BufferInfo", "BulyanConfig", "DeltaBound",
+    "FEDSCALE_MAX_STALENESS", "FedAsyncConfig", "FedAvgConfig", "FedBuffConfig", "KrumConfig", "MedianConfig",
+    "MultiKrumConfig", "REFLBufferInfo", "REFLSAAConfig",
     "StalenessFunction", "TierFuseConfig", "TrimmedMeanConfig", "UtilitySignal", "apply_weighted_deltas",
-    "clip_or_normalize_deltas", "fedbuff_weight", "make_aggregator", "make_fedasync", "make_fedavg", "make_fedbuff",
-    "make_median", "make_refl_saa", "make_tierfuse", "make_trimmed_mean", "median_update", "relative_change",
-    "trimmed_mean_update", "update_norms",
+    "bulyan_update", "clip_or_normalize_deltas", "fedbuff_weight", "make_aggregator", "make_bulyan", "make_fedasync",
+    "make_fedavg", "make_fedbuff", "make_krum", "make_median", "make_multi_krum", "make_refl_saa", "make_tierfuse",
+    "make_trimmed_mean", "median_update", "multi_krum_update", "relative_change", "trimmed_mean_update",
+    "update_norms",
 ]
