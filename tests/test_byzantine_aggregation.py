@@ -6,6 +6,7 @@ compilation whatever the mask, and the refusal of an aggregation_goal too small 
 from __future__ import annotations
 
 import itertools
+import json
 
 import chex
 import jax
@@ -271,3 +272,36 @@ def test_a_scenario_refuses_an_aggregation_goal_too_small_for_f():
     assert sc.resolve_strategy().strategy.label == "felix[aggregator=bulyan]"
     with pytest.raises(OptionError, match=r"aggregator.f=-1"):
         base.with_overrides({"strategy": "krum", "aggregator.f": "-1", "aggregation_goal": "6"})
+
+
+# ---------------------------------------------------------------- runs
+@pytest.mark.parametrize("strategy,goal", [("krum", 6), ("multi-krum", 6), ("bulyan", 7)])
+def test_a_three_aggregation_run_of_each_strategy(strategy, goal, tmp_path, capsys):
+    from felix_jax.cli import main
+
+    out = tmp_path / strategy
+    assert main(["run", "--preset", "tiny", "--set", f"strategy={strategy}", "--set", "max_aggregations=3",
+                 "--set", f"aggregation_goal={goal}", "--set", f"concurrency={goal}", "--quiet", "--out",
+                 str(out)]) == 0
+    capsys.readouterr()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["aggregations"] == 3 and summary["model_steps"] == 3
+    selected = {"krum": 1, "multi-krum": goal - 1, "bulyan": goal - 2}[strategy]  # f = 1
+    assert summary["updates_accepted"] == 3 * selected
+    assert summary["zero_weight_updates"] == 3 * (goal - selected)
+    config = json.loads((out / "config.json").read_text())
+    assert config["strategy"]["aggregator"] == strategy and config["policies"]["aggregator"]["f"] == 1
+
+
+def test_compare_puts_multi_krum_on_felix_selectors(tmp_path, capsys):
+    from felix_jax.cli import main
+
+    out = tmp_path / "c"
+    assert main(["compare", "--scenario", "tiny", "--strategies", "fedbuff,felix@aggregator.name=multi-krum",
+                 "--availability", "avail100", "--set", "max_aggregations=2", "--set", "aggregation_goal=5",
+                 "--set", "concurrency=5", "--quiet", "--out", str(out)]) == 0
+    capsys.readouterr()
+    cell = out / "runs" / "felix+aggregator.name-multi-krum-avail100-seed0"
+    config = json.loads((cell / "config.json").read_text())
+    assert config["strategy"]["label"] == "felix[aggregator=multi-krum]"
+    assert config["policies"]["aggregator"] == {"f": 1, "m": None, "server_lr": 0.3}
