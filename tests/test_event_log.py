@@ -91,3 +91,47 @@ def test_first_return_by_hand():
     assert lifecycle.first_return(tr, 0, 5.0, 100.0, train) == 50.0
     assert lifecycle.first_return(tr, 0, 5.0, 100.0, evals) == 20.0
     assert math.isinf(lifecycle.first_return(tr, 0, 5.0, 40.0, train))  # not back by the task's end
+
+
+def _panel_texts(ax) -> str:
+    return " ".join([ax.get_title(), *(t.get_text() for t in ax.texts)])
+
+
+def test_participation_of_a_small_fleet_is_a_bar_per_client_and_a_mark_per_update():
+    import numpy as np
+
+    from felix_jax.experiment.event_log import _participation
+    from felix_jax.experiment.figures.run import participation_axes
+
+    counts = np.array([3, 0, 1, 0, 2, 5, 0, 0, 1, 1, 0, 4])
+    clients = np.repeat(np.arange(12), counts)
+    fig = participation_axes(counts, _participation(counts), np.linspace(0, 2, clients.size), clients, "t")
+    left, right = fig.axes
+    assert len(left.patches) == 12 and left.get_xlabel() == "clients, most updates first (rank)"
+    assert [p.get_height() for p in left.patches] == sorted(counts, reverse=True)
+    assert len(right.collections) == 1 and len(right.collections[0].get_offsets()) == counts.sum()
+    assert "shown as" not in _panel_texts(left) + _panel_texts(right)
+
+
+def test_participation_of_a_million_clients_is_drawn_as_histograms_and_says_so():
+    """10^6 clients and 10^5 updates (a bar and a mark each took minutes at 10^5 and came out blank)."""
+    import numpy as np
+
+    from felix_jax.experiment.event_log import _participation
+    from felix_jax.experiment.figures.run import MAX_CLIENT_BARS, participation_axes
+
+    n = 1_000_000
+    rng = np.random.default_rng(0)
+    clients = rng.integers(0, n // 2, 100_000)  # the upper half and many more never trained
+    clients[:50] = 7  # client 7 the most
+    counts = np.bincount(clients, minlength=n)
+    fig = participation_axes(counts, _participation(counts), rng.uniform(0, 3, clients.size), clients, "t")
+    left, right = fig.axes[:2]
+    assert len(left.patches) <= 61 < MAX_CLIENT_BARS  # a histogram's steps, no bar per client
+    text = _panel_texts(left)
+    assert "1,000,000 clients: shown as a histogram" in text and "of 1,000,000 clients" in text
+    never = np.flatnonzero(counts == 0)  # ties at the bottom: how many, and the first ids
+    assert "most: client 7 (50)" in text and f"fewest: {never.size:,} clients at 0 (client {never[0]}, " in text
+    assert [t.get_text().split()[0] for t in left.get_legend().get_texts()] == ["P50", "P90", "P99"]
+    assert "100,000 updates entering an aggregation: shown as a 2-D histogram" in right.get_title()
+    assert not right.collections and len(right.images) == 1  # an image, no mark per update

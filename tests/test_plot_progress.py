@@ -234,3 +234,20 @@ def test_the_comparison_eta_honours_workers_the_cell_budget_and_the_comparisons_
     assert "comparison ETA 5:00" in line and "no cell starts after 3:20" in line
     # a cell the wall budget cut ran as long as it may: it used its whole budget
     assert budget_share(TINY, {"stop_reason": "wall_budget", "aggregations": 6, "end_time_s": 60.0}) == 1.0
+
+
+def test_a_slow_file_written_after_the_run_is_said_and_a_quick_one_is_not(capsys):
+    import time
+
+    progress = RunProgress(TINY, enabled=True, terminal=False)
+    with progress.writing("quick.png", slow_s=5.0):
+        pass
+    with progress.writing("participation.png (100,000 clients)", slow_s=0.01):
+        time.sleep(0.2)
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and err[0].endswith(": writing participation.png (100,000 clients) ...")
+    assert " participation.png (100,000 clients) written in " in err[1]
+    with RunProgress(TINY, enabled=False).writing("x.png", slow_s=0.0):  # no display: nothing said
+        time.sleep(0.05)
+    assert capsys.readouterr().err == ""
+

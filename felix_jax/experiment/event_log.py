@@ -128,11 +128,11 @@ def read_event_log(path: str | Path) -> list:
 
 def plot_participation(events, num_clients: int, path: str | Path, title: str = "") -> Path:
     """``participation.png``: updates per client, most first, with the fairness indices (left), and
-    when each client's updates entered an aggregation (right: a client raster over virtual hours);
-    drawn by :func:`~felix_jax.experiment.figures.run.participation_figure`."""
+    when each client's updates entered an aggregation (right: a client raster over virtual hours); a
+    population past a few thousand clients as histograms, in seconds at any size; drawn by
+    :func:`~felix_jax.experiment.figures.run.participation_figure`."""
     from .figures.run import participation_figure
 
     times, clients = aggregated_updates(events)
     counts = _counts(clients, num_clients)
-    return participation_figure(counts, _participation(counts), list(zip((times / 3600).tolist(), clients.tolist())),
-                                path, title)
+    return participation_figure(counts, _participation(counts), times / 3600, clients, path, title)

@@ -5,9 +5,11 @@ numbers in :class:`StopProgress`), and the text a comparison's cells and a sweep
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import math
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -233,3 +235,31 @@ class RunProgress:
             self.bar.close()
         elif self.lines and self._last_cp is not None and self._printed is not self._last_cp:  # the last, once
             self._print_line(self._last_cp)
+
+    @contextlib.contextmanager
+    def writing(self, what: str, slow_s: float = 3.0):
+        """Around writing one of the run's files once it has stopped (``summary.json``'s reading of the
+        event log, a figure): where it takes more than ``slow_s`` seconds, a line says what is being
+        written, and another when it is done, so that the last progress line is not followed by
+        minutes of silence. Nothing is printed without a display, or for a quick file."""
+        if self.bar is None and not self.lines:
+            yield
+            return
+        start = self.clock()
+        said = threading.Event()
+
+        def say() -> None:
+            said.set()
+            print(f"{self.label}: writing {what} ...", file=sys.stderr, flush=True)
+
+        timer = threading.Timer(slow_s, say)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
+            timer.join()  # a line being said is said whole, before the one after it
+            if said.is_set():
+                print(f"{self.label}: {what} written in {self.clock() - start:,.1f} s", file=sys.stderr,
+                      flush=True)

@@ -515,10 +515,13 @@ def live_metrics(checkpoints, shift_times_s: list[float], target: float | None) 
 
 
 def write_results(out_dir: str | Path, config: dict, record: RunRecord, summary: dict, plot: bool = True,
-                  streamed: bool = False) -> Path:
+                  streamed: bool = False, writing=None) -> Path:
     """The whole results folder; ``streamed``: config.json and metrics.csv were written as the run
     went (:func:`write_config`, :class:`MetricsStream`), only the end-of-run files remain.
-    ``summary.json`` comes last: its presence says the folder is whole."""
+    ``summary.json`` comes last: its presence says the folder is whole. ``writing(name)``: a context
+    manager around each figure (:meth:`~felix_jax.experiment.progress.RunProgress.writing`: a line
+    where one is slow)."""
+    writing = writing or (lambda _name: contextlib.nullcontext())
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if not streamed:
@@ -533,9 +536,12 @@ def write_results(out_dir: str | Path, config: dict, record: RunRecord, summary:
     if record.test_hits is not None:
         write_test_hits(out / TEST_HITS_FILE, record.test_hits, record.num_test, record.checkpoints)
     if plot:
-        plot_accuracy(record, out / "accuracy.png", title=run_title(config),
-                      target=config.get("scenario", {}).get("target_accuracy"))
-        plot_participation(_event_rows(record), record.num_clients, out / "participation.png", run_title(config))
+        with writing("accuracy.png"):
+            plot_accuracy(record, out / "accuracy.png", title=run_title(config),
+                          target=config.get("scenario", {}).get("target_accuracy"))
+        with writing(f"participation.png ({record.num_clients:,} clients)"):
+            plot_participation(_event_rows(record), record.num_clients, out / "participation.png",
+                               run_title(config))
     # last, and whole (renamed into place): a folder with a summary.json holds every file of the run, so a
     # process killed while it wrote the others never leaves a run that a comparison takes as finished
     tmp = out / ".summary.json.tmp"

@@ -226,7 +226,8 @@ def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every
                 stream.close()
             if sim is not None and sim.event_stream is not None:
                 sim.event_stream.close()
-    summary = summarize(record, sc.seed, sim.engine.batch_summary())
+    with bar.writing("summary.json (the participation over events.csv)"):
+        summary = summarize(record, sc.seed, sim.engine.batch_summary())
     summary["warnings"] = run_warnings(sc)  # said once (felix-jax run prints them as it starts)
     ex = sim.executor
     summary["flush_tasks_mean"] = ex.flushed_tasks / ex.flushes if ex.flushes else 0.0
@@ -242,7 +243,7 @@ def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every
         summary["stopped_by"] = f"{type(failure).__name__}: {(str(failure).strip().splitlines() or [''])[0]}"
     if out is not None:  # a replayed run's metrics.csv is rewritten: the failed event may have added a row
         try:
-            write_results(out, config, record, summary, plot=plot, streamed=failure is None)
+            write_results(out, config, record, summary, plot=plot, streamed=failure is None, writing=bar.writing)
         finally:
             if feed is not None:
                 from .writers.feed import status_of

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .style import FONT_L, FONT_S, FONT_XL, GRID_ALPHA, TRAIN_COLOR, pyplot, save
+from .style import FONT_L, FONT_S, FONT_XL, GRID_ALPHA, NOTE_COLOR, TRAIN_COLOR, pyplot, save
 
 MAX_BARS = 2000  # clients drawn one column each; a larger fleet is drawn at evenly spaced ranks
 SHARE_PIXELS = 200  # the label-share image's height in levels
@@ -39,6 +39,9 @@ def split_figure(counts: np.ndarray, label_counts: np.ndarray, summary: dict, pa
     left.set_title(f"{n:,} clients: {summary['min']} / {summary['median']:g} / {summary['max']} samples "
                    "(min / median / max)", fontsize=FONT_L)
     left.grid(alpha=GRID_ALPHA)
+    if n > MAX_BARS:  # said in the panel: a column stands for its neighbours' ranks
+        left.text(0.98, 0.95, f"{n:,} clients: shown at {MAX_BARS:,} evenly spaced ranks", transform=left.transAxes,
+                  ha="right", va="top", fontsize=FONT_S, color=NOTE_COLOR).set_in_layout(False)
     share = summary.get("mean_top_class_share")
     if label_counts is None:  # a fleet whose label counts were not kept (experiment/split.py)
         right.text(0.5, 0.5, f"labels per client are kept for fleets of at most\nthe split's detail limit; "
