@@ -1,9 +1,11 @@
-"""How much memory this machine can give a run (host-only helper).
+"""How much memory this machine can give a run, and how much this process holds (host-only helper).
 
 A few inputs decide an allocation's size directly (a client count, a stream's arrival
 rate): a value far past what the machine holds would otherwise run until the kernel
 kills the process, or stall in swap. ``check_fits`` refuses such a value before anything
 is allocated, in one line that says the estimate, the limit and where the limit comes from.
+:func:`resident_bytes` and :func:`peak_resident_bytes` read what the process holds (the memory budget's
+runtime share is measured with the first, a run's peak against its budget with the second).
 """
 
 from __future__ import annotations
@@ -40,6 +42,50 @@ def check_fits(need_bytes: float, setting: str, what: str) -> None:
         raise OptionError(f"{setting}: {what} would take about {need_bytes / GB:,.1f} GB, more than the "
                           f"{have / GB:,.1f} GB of memory available on this machine (MemAvailable); "
                           "lower it or run on a larger machine")
+
+
+def _status_bytes(field: str) -> int | None:
+    """A ``kB`` field of ``/proc/self/status`` (Linux) in bytes; None elsewhere."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def resident_bytes() -> int | None:
+    """This process's resident memory now (``VmRSS``); None where it cannot be read."""
+    return _status_bytes("VmRSS")
+
+
+def peak_resident_bytes() -> int | None:
+    """This process's peak resident memory since it started or since :func:`reset_peak_resident`
+    (``VmHWM``); elsewhere than Linux ``getrusage``'s ``ru_maxrss`` (since the start); None if neither."""
+    peak = _status_bytes("VmHWM")
+    if peak is not None:
+        return peak
+    try:
+        import resource
+        import sys
+
+        maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return int(maxrss) if sys.platform == "darwin" else int(maxrss) * 1024  # bytes on macOS, kB on Linux
+    except (ImportError, OSError, ValueError):
+        return None
+
+
+def reset_peak_resident() -> bool:
+    """Sets the peak (``VmHWM``) to the resident memory now, so that :func:`peak_resident_bytes` reads
+    the peak from here on (a run's, in a process that ran others first); False where it cannot."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
 
 
 class FreeMemoryRelease:

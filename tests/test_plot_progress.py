@@ -251,3 +251,10 @@ def test_a_slow_file_written_after_the_run_is_said_and_a_quick_one_is_not(capsys
         time.sleep(0.05)
     assert capsys.readouterr().err == ""
 
+
+def test_the_bar_is_drawn_from_the_first_checkpoint_not_before(capsys):
+    """A run refused while it is built (its memory budget) prints its one line and no empty bar."""
+    progress = RunProgress(TINY, enabled=True, clock=FakeClock(), terminal=True)
+    assert progress.bar is None and capsys.readouterr().err == ""
+    progress.close()
+    assert capsys.readouterr().err == ""

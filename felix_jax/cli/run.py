@@ -163,11 +163,15 @@ def _run_locked(args, scenario, out: Path, created: bool, snapshots: dict) -> in
     from ..experiment.resolution import run_warnings
     from ..experiment.runner import run
 
-    print(f"felix-jax run: {scenario.name} | strategy {strategy_label(scenario)} | availability "
-          f"{scenario.availability} | reading {reading_label(scenario)} | {scenario.num_clients} clients | "
-          f"results -> {out}", flush=True)
-    for warning in run_warnings(scenario):  # once, here and in summary.json
-        print(f"felix-jax run: warning: {warning}", file=sys.stderr, flush=True)
+    said = run_warnings(scenario)
+
+    def header() -> None:  # once the fleet is built and its memory plan made: a refusal is the only line
+        print(f"felix-jax run: {scenario.name} | strategy {strategy_label(scenario)} | availability "
+              f"{scenario.availability} | reading {reading_label(scenario)} | {scenario.num_clients} clients | "
+              f"results -> {out}", flush=True)
+        for warning in said:  # once, here and in summary.json
+            print(f"felix-jax run: warning: {warning}", file=sys.stderr, flush=True)
+
     # written aside, swapped in once finished; only an earlier run's files are said to be kept (not a lone log)
     replacing = not args.resume and holds_earlier_run(out)
     kept = f"; the earlier results in {out} are kept" if replacing else ""
@@ -182,7 +186,7 @@ def _run_locked(args, scenario, out: Path, created: bool, snapshots: dict) -> in
         with StopOnSignals(True) as signals:
             result = run(scenario, out, progress=not args.quiet, stop_on_signals=signals, resume=bool(args.resume),
                          wall_budget_s=args.wall_budget_s, writers=args.writers, scenario_file=args.config,
-                         **snapshots)
+                         on_built=header, **snapshots)
     except PluginError as e:
         if created and e.stopped_after is None and e.no_snapshot is None:  # it failed while the run was built
             remove_if_unused(out)
@@ -204,6 +208,9 @@ def _run_locked(args, scenario, out: Path, created: bool, snapshots: dict) -> in
         raise
     print(_summary_table(result.summary))
     print(f"results written to {out}/ (config.json, metrics.csv, summary.json, accuracy.png)")
+    for warning in result.summary.get("warnings", []):  # those of the run's end (its peak memory over its budget)
+        if warning not in said:
+            print(f"felix-jax run: warning: {warning}", file=sys.stderr, flush=True)
     if result.interrupted_by is not None:
         name = signal.Signals(result.interrupted_by).name
         more = f"; continue it with: felix-jax run --resume {out}"

@@ -13,7 +13,7 @@ import jax
 import numpy as np
 
 from ..cohort import CohortEngine, LocalEvalConfig, LocalTrainConfig
-from ..cohort.budget import MemoryPlan, plan_memory, resolve_budget
+from ..cohort.budget import UNBOUNDED_BYTES, MemoryPlan, plan_memory, resolve_budget
 from ..cohort.store import tree_bytes
 from ..data.federated import held_out_to_device, to_device
 from ..data.loaders import load_dataset
@@ -22,7 +22,7 @@ from ..data.partition import (Partition, dirichlet_partition, dirichlet_sized_pa
 from ..data.streams import build_streams, streams_to_device
 from ..fleet.modes import AsyncMode, SyncMode
 from ..fleet.simulator import FleetSimulator
-from ..memory import check_fits
+from ..memory import check_fits, resident_bytes
 from ..models.base import initial_params
 from ..options import OptionError, to_json
 from ..policies import make_aggregator, make_selector
@@ -87,7 +87,9 @@ def build_simulator(sc: Scenario, on_checkpoint=None, on_partition=None) -> Flee
     init = initial_params(model, jax.random.key(int(seeds[3].generate_state(1)[0])))
     eval_selector = make_selector(strategy.eval_selector, resolved.eval_selector) if strategy.eval_selector else None
     test = held_out_to_device(ds)
-    memory = run_memory_plan(sc, engine, init, test, fleet_cfg, strategy.mode)
+    memory = run_memory_plan(sc, engine, init, test, fleet_cfg, strategy.mode,
+                             population={"the data set's host copy": ds, "the availability trace": trace,
+                                         "the device profile": profile, "the clients' split": part})
     return FleetSimulator(
         model=model, engine=engine, trace=trace, profile=profile, test=test, init_params=init, memory=memory,
         config=fleet_cfg, selector=make_selector(strategy.selector, resolved.selector), aggregator=aggregator,
@@ -98,16 +100,84 @@ def build_simulator(sc: Scenario, on_checkpoint=None, on_partition=None) -> Flee
         live_mix=streams.schedule.population_mix if streams is not None and stream_cfg.live_eval else None)
 
 
-def run_memory_plan(sc: Scenario, engine: CohortEngine, init, test, fleet_cfg, mode: str) -> MemoryPlan:
+def run_memory_plan(sc: Scenario, engine: CohortEngine, init, test, fleet_cfg, mode: str,
+                    population: dict | None = None) -> MemoryPlan:
     """The run's memory plan under ``memory_budget_gb`` (cohort/budget.py); a budget that cannot hold
-    the run's working set is refused here, before the run, in one line (BudgetError)."""
+    the run's working set is refused here, before the run, in one line (BudgetError). On a CPU backend the
+    rest of the process is counted first (:func:`process_share`; ``population``: the host objects built so
+    far, by what they are)."""
     budget, source = resolve_budget(sc.memory_budget_gb)
     stacked = jax.tree_util.tree_map(lambda p: jax.ShapeDtypeStruct((8,) + tuple(p.shape), p.dtype), init)
     buffer_rows = fleet_cfg.round_size if mode == "sync" else fleet_cfg.aggregation_goal
+    fixed = tree_bytes(engine.data) + tree_bytes(test)
+    besides = process_share(sc, buffer_rows, fixed, population or {}) if budget < UNBOUNDED_BYTES else ()
     return plan_memory(engine, stacked, budget_bytes=budget, source=source, concurrency=sc.concurrency,
-                       aggregation_goal=sc.aggregation_goal, buffer_rows=buffer_rows,
-                       fixed_bytes=tree_bytes(engine.data) + tree_bytes(test), model_name=sc.model,
-                       flush_tasks=sc.flush_max_tasks)
+                       aggregation_goal=sc.aggregation_goal, buffer_rows=buffer_rows, fixed_bytes=fixed,
+                       model_name=sc.model, flush_tasks=sc.flush_max_tasks, besides=besides)
+
+
+# What a run grows by after its memory plan is made, besides the engine (measured on 2 CPU cores, the tiny
+# MLP at 10^5 clients and c = 10^3 / 10^4: docs/architecture.md, "The memory budget"): the programs
+# compiled after the plan (the measured call's, the aggregation's, the evaluation's, the stores': 90-100
+# MB of XLA's code and compiler memory), each task in flight's records (the event queue, the pending
+# task, its dispatch: ~1.2 KB), the run's records per aggregated update (the accounting's typed columns,
+# ~48 B a task), and the figures written at its end (matplotlib and its canvases, ~35 MB; the updates
+# per client, their percentiles and the fairness indices' sorted copy; the aggregated updates read back
+# from events.csv, 16 B each and their hours).
+COMPILE_BYTES = 128 * 2 ** 20
+TASK_BYTES = 2048
+RECORD_BYTES = 64
+FIGURE_BYTES = 48 * 2 ** 20
+FIGURE_CLIENT_BYTES = 40
+FIGURE_UPDATE_BYTES = 24
+
+
+def process_share(sc: Scenario, buffer_rows: int, fixed_bytes: int, population: dict) -> tuple[tuple[str, int], ...]:
+    """What the process holds besides the engine, counted against a CPU run's budget before the engine
+    gets what is left (:func:`~felix_jax.cohort.budget.plan_memory`): (what, bytes), in the order said.
+
+    Measured: the resident memory now (``VmRSS``), which holds the jax/XLA runtime (its import and the
+    first compilation, the initial model's), the data on the device (``fixed_bytes``, the engine's own
+    part) and ``population``: the host objects built so far (their numpy arrays' bytes; the runtime is
+    what the resident memory holds beyond them). Counted: the client map and each client's bookkeeping
+    still to be built (:data:`CLIENT_OVERHEAD_BYTES` a client), what the run grows by (compilations,
+    tasks in flight, its records) and the figures written at its end. Empty on an accelerator, whose
+    budget is the device's memory (jax's allocator), and where the resident memory cannot be read."""
+    held = resident_bytes()
+    if jax.default_backend() != "cpu" or held is None:
+        return ()
+    built = [(what, host_array_bytes(obj)) for what, obj in population.items()]
+    runtime = max(0, held - fixed_bytes - sum(b for _, b in built))
+    n, c = sc.num_clients, sc.concurrency
+    updates = sc.max_aggregations * buffer_rows  # at most, aggregated over the run
+    return (("the jax/XLA runtime (measured)", runtime), *((what, b) for what, b in built if b),
+            (f"the server view and bookkeeping of {n:,} clients", n * CLIENT_OVERHEAD_BYTES),
+            ("compilations during the run", COMPILE_BYTES),
+            (f"{c:,} tasks in flight", c * TASK_BYTES),
+            (f"the run's records of up to {updates:,} updates", updates * RECORD_BYTES),
+            ("the figures", FIGURE_BYTES + n * FIGURE_CLIENT_BYTES + updates * FIGURE_UPDATE_BYTES))
+
+
+def host_array_bytes(obj) -> int:
+    """The bytes of the numpy arrays ``obj`` holds (itself, or its attributes and theirs, two levels
+    down: a dataset, a trace, a profile, a partition); other objects count nothing."""
+    seen: set[int] = set()
+
+    def walk(x, depth: int) -> int:
+        if id(x) in seen:
+            return 0
+        seen.add(id(x))
+        if isinstance(x, np.ndarray):  # a view counts its base, once
+            return walk(x.base, depth) if isinstance(x.base, np.ndarray) else int(x.nbytes)
+        if depth == 0:
+            return 0
+        if isinstance(x, (tuple, list)):  # a NamedTuple (a partition) too
+            return sum(walk(v, depth - 1) for v in x)
+        fields = vars(x) if hasattr(x, "__dict__") else (
+            {f: getattr(x, f) for f in x.__slots__ if hasattr(x, f)} if hasattr(x, "__slots__") else {})
+        return sum(walk(v, depth - 1) for v in fields.values())
+
+    return walk(obj, 2)
 
 
 def _partition(sc: Scenario, ds, part_seed: int) -> Partition:

@@ -143,6 +143,7 @@ class RunProgress:
         self._seen = 0
         self.latest: StopProgress | None = None
         self.bar = None
+        self.terminal = False  # a tqdm bar, drawn from the first checkpoint (nothing before the run's first line)
         self.lines = False  # plain periodic lines instead of a bar
         self.every_s, self._last_line, self._last_cp, self._printed = every_s, -math.inf, None, None
         self._shown = 0.0
@@ -151,10 +152,7 @@ class RunProgress:
         if enabled:
             terminal = sys.stderr.isatty() if terminal is None else terminal
             if terminal:
-                from tqdm import tqdm
-
-                self.bar = tqdm(total=1.0, file=sys.stderr, leave=True, desc=self.label,
-                                bar_format="{desc}: {percentage:3.0f}% of the budget|{bar}| [{elapsed}{postfix}]")
+                self.terminal = True
             else:
                 self.lines = True
 
@@ -219,6 +217,11 @@ class RunProgress:
     def __call__(self, cp: Checkpoint) -> None:
         self.update(cp)
         self._last_cp = cp
+        if self.terminal and self.bar is None:  # drawn once there is something to show (a refused run shows none)
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=1.0, file=sys.stderr, leave=True, desc=self.label,
+                            bar_format="{desc}: {percentage:3.0f}% of the budget|{bar}| [{elapsed}{postfix}]")
         if self.bar is not None:
             self.bar.n = round(self.latest.shown, 4)
             self.bar.set_postfix_str(self.describe(cp), refresh=True)
@@ -242,7 +245,7 @@ class RunProgress:
         event log, a figure): where it takes more than ``slow_s`` seconds, a line says what is being
         written, and another when it is done, so that the last progress line is not followed by
         minutes of silence. Nothing is printed without a display, or for a quick file."""
-        if self.bar is None and not self.lines:
+        if not self.terminal and not self.lines:
             yield
             return
         start = self.clock()

@@ -515,12 +515,13 @@ def live_metrics(checkpoints, shift_times_s: list[float], target: float | None) 
 
 
 def write_results(out_dir: str | Path, config: dict, record: RunRecord, summary: dict, plot: bool = True,
-                  streamed: bool = False, writing=None) -> Path:
+                  streamed: bool = False, writing=None, before_summary=None) -> Path:
     """The whole results folder; ``streamed``: config.json and metrics.csv were written as the run
     went (:func:`write_config`, :class:`MetricsStream`), only the end-of-run files remain.
     ``summary.json`` comes last: its presence says the folder is whole. ``writing(name)``: a context
     manager around each figure (:meth:`~felix_jax.experiment.progress.RunProgress.writing`: a line
-    where one is slow)."""
+    where one is slow). ``before_summary(summary)``: called once every other file is written, before
+    ``summary.json`` (the run's peak memory, read after the figures)."""
     writing = writing or (lambda _name: contextlib.nullcontext())
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -542,6 +543,8 @@ def write_results(out_dir: str | Path, config: dict, record: RunRecord, summary:
         with writing(f"participation.png ({record.num_clients:,} clients)"):
             plot_participation(_event_rows(record), record.num_clients, out / "participation.png",
                                run_title(config))
+    if before_summary is not None:
+        before_summary(summary)
     # last, and whole (renamed into place): a folder with a summary.json holds every file of the run, so a
     # process killed while it wrote the others never leaves a run that a comparison takes as finished
     tmp = out / ".summary.json.tmp"

@@ -10,9 +10,12 @@ import dataclasses
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
+from ..cohort.budget import GB, PEAK_TOLERANCE, MemoryPlan, peak_warning
 from ..fleet.simulator import Checkpoint, RunFailed, RunRecord
 from ..fleet.snapshot import SnapshotPolicy, save_snapshot
+from ..memory import peak_resident_bytes, reset_peak_resident
 from ..plugin_calls import PluginError
 # the fleet a scenario builds (build.py), its progress (progress.py), how a run stops (stops.py) and what a
 # scenario resolves to (resolution.py): importable from here too, as before
@@ -46,7 +49,7 @@ class RunResult:
 def run(sc: Scenario, out_dir: str | Path | None = None, progress: bool | RunProgress = False, plot: bool = True,
         stop_on_signals: bool = False, snapshot_every: int | None = None, snapshot_minutes: float | None = None,
         resume: bool = False, wall_budget_s: float | None = None, batch=None, writers=None,
-        scenario_file: str | Path | None = None) -> RunResult:
+        scenario_file: str | Path | None = None, on_built: Callable[[], None] | None = None) -> RunResult:
     """Builds and runs ``sc``; with ``out_dir``, writes its results folder as the run goes.
 
     The folder is checked (created, writable, not a comparison's, nothing a run did not write
@@ -79,6 +82,12 @@ def run(sc: Scenario, out_dir: str | Path | None = None, progress: bool | RunPro
     ``scenario_file``: the file ``sc`` was read from, fingerprinted with the run's other input files
     (config.json's ``inputs``, :mod:`~felix_jax.experiment.inputs`); a run whose data set, trace, device
     profile or plugin files changed since it started is not resumed (:class:`InputsChanged`).
+    ``on_built()``: called once the fleet is built and its memory plan made (a budget too small refused),
+    before anything is written or run (``felix-jax run`` prints its header there, so that a refusal is
+    the only line).
+    ``summary.json``'s ``memory`` holds the budget's plan and the process's peak resident memory over
+    this call (``peak_rss_gb``, read after the figures are written); a peak past the budget by more than
+    :data:`~felix_jax.cohort.budget.PEAK_TOLERANCE` is said in its ``warnings``.
     """
     from .writers.feed import make_writers
 
@@ -90,12 +99,13 @@ def run(sc: Scenario, out_dir: str | Path | None = None, progress: bool | RunPro
     # one writer per results folder, for the whole run (re-entrant within a process)
     with folder_lock(out_dir, "felix-jax run") if out_dir is not None else contextlib.nullcontext():
         return _run(sc, out_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_minutes, resume,
-                    wall_budget_s, batch, writers, scenario_file)
+                    wall_budget_s, batch, writers, scenario_file, on_built)
 
 
 def _run(sc, out_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_minutes, resume,
-         wall_budget_s, batch=None, writers=(), scenario_file=None) -> RunResult:
+         wall_budget_s, batch=None, writers=(), scenario_file=None, on_built=None) -> RunResult:
     t_call = time.perf_counter()
+    reset_peak_resident()  # the peak summary.json records is this run's (a process may have run others)
     if wall_budget_s is not None and not wall_budget_s > 0:
         raise ValueError(f"wall_budget_s must be > 0 seconds, got {wall_budget_s}")
     if resume and out_dir is None:
@@ -119,14 +129,14 @@ def _run(sc, out_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_
                                 "rerun it with --overwrite, or give --out another folder")
     if out_dir is None:
         return _run_into(sc, None, None, progress, plot, stop_on_signals, snapshot_every, snapshot_minutes, resume,
-                         wall_budget_s, batch, t_call, scenario_file=scenario_file)
+                         wall_budget_s, batch, t_call, scenario_file=scenario_file, on_built=on_built)
     out = prepare_out_dir(out_dir, clear=not resume)
     # a run replacing earlier results writes aside and swaps them in once it has finished
     with staged_results(out, replace=not resume) as write_dir:
         try:
             result = _run_into(sc, write_dir, write_dir / SNAPSHOT_DIR, progress, plot, stop_on_signals,
                                snapshot_every, snapshot_minutes, resume, wall_budget_s, batch, t_call,
-                               writers=writers, final_out=out, scenario_file=scenario_file)
+                               writers=writers, final_out=out, scenario_file=scenario_file, on_built=on_built)
         except FAILURE_TYPES as e:
             if not resume and getattr(e, "stopped_after", None) is None and getattr(e, "no_snapshot", None) is None:
                 for name in ("config.json", "metrics.csv", EVENTS_FILE, *SPLIT_FILES):  # failed before its first event
@@ -143,8 +153,43 @@ def _run(sc, out_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_
     return dataclasses.replace(result, out_dir=out)
 
 
+def record_peak(summary: dict, plan: MemoryPlan | None) -> None:
+    """The process's peak memory since the run began beside its budget in ``summary["memory"]``
+    (``peak_rss_gb``: resident; on an accelerator also the device's, ``device_peak_gb``), and a warning
+    where the one the budget bounds went over it by more than the tolerance (cohort/budget.py)."""
+    if plan is None:
+        return
+    memory = summary.setdefault("memory", {})
+    rss = peak_resident_bytes()
+    memory["peak_rss_gb"] = None if rss is None else round(rss / GB, 3)
+    if plan.besides:  # a CPU run: the budget bounds the process
+        bounded = rss
+    else:  # an accelerator's budget bounds its memory (jax's allocator); elsewhere nothing is measured
+        bounded = device_peak_bytes()
+        memory["device_peak_gb"] = None if bounded is None else round(bounded / GB, 3)
+    memory["peak_tolerance"] = PEAK_TOLERANCE
+    warning = peak_warning(bounded, plan.budget_bytes, plan.source)
+    memory["over_budget"] = warning is not None
+    if warning is not None:
+        summary["warnings"] = [*summary.get("warnings", []), warning]
+
+
+def device_peak_bytes() -> int | None:
+    """The first device's peak bytes in use (jax's allocator statistics); None on a CPU, or where the
+    backend keeps none."""
+    import jax
+
+    if jax.default_backend() == "cpu":
+        return None
+    try:
+        return (jax.devices()[0].memory_stats() or {}).get("peak_bytes_in_use")
+    except Exception:  # a backend without memory statistics
+        return None
+
+
 def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every, snapshot_minutes, resume,
-              wall_budget_s, batch, t_call, writers=(), final_out=None, scenario_file=None) -> RunResult:
+              wall_budget_s, batch, t_call, writers=(), final_out=None, scenario_file=None,
+              on_built=None) -> RunResult:
     bar = progress if isinstance(progress, RunProgress) else RunProgress(sc, progress)
     stream: MetricsStream | None = None
     feed = None  # the metric writers' logs (experiment/writers/)
@@ -169,6 +214,8 @@ def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every
                 batch.attach(sim)
             if resume:
                 sim.restore(snap_dir)
+            if on_built is not None:
+                on_built()
             config = run_config(sc, sim)
             config["snapshot"] = {"every_aggregations": snapshot_every, "every_minutes": snapshot_minutes}
             config[INPUTS_SECTION] = fingerprint_inputs(sc, scenario_file)
@@ -241,9 +288,12 @@ def _run_into(sc, out, snap_dir, progress, plot, stop_on_signals, snapshot_every
         summary.update(live_metrics(record.checkpoints, sim.engine.streams.cfg.shift_times_s(), sc.target_accuracy))
     if failure is not None:  # what stopped it inside an event, beside the stop reason
         summary["stopped_by"] = f"{type(failure).__name__}: {(str(failure).strip().splitlines() or [''])[0]}"
-    if out is not None:  # a replayed run's metrics.csv is rewritten: the failed event may have added a row
-        try:
-            write_results(out, config, record, summary, plot=plot, streamed=failure is None, writing=bar.writing)
+    if out is None:
+        record_peak(summary, ex.memory)
+    else:  # a replayed run's metrics.csv is rewritten: the failed event may have added a row
+        try:  # the peak read once the figures are drawn, as summary.json is written
+            write_results(out, config, record, summary, plot=plot, streamed=failure is None, writing=bar.writing,
+                          before_summary=lambda s: record_peak(s, ex.memory))
         finally:
             if feed is not None:
                 from .writers.feed import status_of

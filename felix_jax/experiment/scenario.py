@@ -118,10 +118,11 @@ class Scenario:
     seed: int = 0
     plan: str | None = None  # cohort execution plan; None picks per backend
     devices: int | None = None  # devices the cohort is sharded over; None: all that jax sees, 1: one device
-    # what the engine may hold (GB): data set, model versions, updates computed and not yet aggregated, one
-    # device call (cohort/budget.py); None: a quarter of the machine's memory on a CPU, three quarters of an
-    # accelerator's; inf (or any size beyond 4 EiB): unbounded, nothing measured. Speed only: results are the
-    # same at any budget that holds the run's working set
+    # the run's peak memory (GB; cohort/budget.py): on a CPU the process's resident memory (the runtime, the
+    # population's tables, the figures, and the engine: data set, model versions, updates computed and not
+    # yet aggregated, one device call), on an accelerator the engine's device memory; None: half of the
+    # machine's memory on a CPU, three quarters of an accelerator's; inf (or any size beyond 4 EiB): unbounded,
+    # nothing measured. Speed only: results are the same at any budget that holds the run's working set
     memory_budget_gb: float | None = None
     # training results the lazy executor holds ahead of their replies at most: a flush computes the tasks
     # whose replies come first, up to that many (None: as many as the budget allows). Speed and memory
@@ -361,9 +362,10 @@ FIELD_HELP: dict[str, str] = {
     "seed": "seed of the partition, trace, profile, model init and every draw",
     "plan": "cohort execution plan: vmap, map or chunked:N (none: chosen per backend)",
     "devices": "devices the cohort is sharded over (none: every device jax sees)",
-    "memory_budget_gb": "what the engine may hold, GB: data, versions, updates not yet aggregated, one device "
-                        "call (none: 1/4 of the machine's memory, 3/4 of an accelerator's; inf: unbounded; same "
-                        "results at any budget that fits)",
+    "memory_budget_gb": "the run's peak memory, GB: on a CPU the process's resident memory (runtime, clients' "
+                        "tables, figures, and the engine's data, versions, updates not yet aggregated, one device "
+                        "call), on an accelerator the engine's (none: 1/2 of the machine's memory, 3/4 of an "
+                        "accelerator's; inf: unbounded; same results at any budget that fits)",
     "flush_max_tasks": "training results computed ahead of their replies at most, those due first (none: as "
                        "the memory budget allows; same results at any value)",
 }
@@ -479,7 +481,7 @@ _CHECKS: tuple[tuple[str, typing.Callable[[typing.Any], bool], str], ...] = (
     ("seed", lambda v: 0 <= v < 2 ** 32, "an integer in [0, 2^32)"),
     ("devices", lambda v: v >= 1, ">= 1 (or none for every device jax sees)"),
     ("memory_budget_gb", _positive,
-     "a number of GB > 0 (inf, or any size beyond the machine's memory: unbounded; none: a quarter of this "
+     "a number of GB > 0 (inf, or any size beyond the machine's memory: unbounded; none: half of this "
      "machine's memory, three quarters of an accelerator's)"),
     ("flush_max_tasks", lambda v: v >= 1, ">= 1 (or none: as many as the memory budget allows)"),
     ("partition", lambda v: v in ("dirichlet", "iid", "natural", "speaker", "reference", "pool"),

@@ -73,8 +73,11 @@ class LazyExecutor:
         self.engine = engine
         self.store = store
         self.memory = memory  # the run's memory plan; None: every pending task at each flush
+        # a bounded plan's pages, one to start with (the default's first 64 rows are a 256 MB page of 4 MB updates)
+        page_rows = memory.page_rows if memory is not None else None
         self.deltas = DeltaStore(store.params(store.versions[0]) if len(store) else
-                                 jax.tree_util.tree_map(lambda s: s[0], store.stacked))
+                                 jax.tree_util.tree_map(lambda s: s[0], store.stacked),
+                                 **({} if page_rows is None else {"capacity": page_rows, "page_rows": page_rows}))
         self._pending: dict[int, _Pending] = {}
         self._done: dict[int, TrainOutcome | EvalOutcome] = {}
         # bounded: the training tasks computed ahead of their reply (their records, to compute them again
