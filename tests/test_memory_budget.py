@@ -122,7 +122,8 @@ def test_the_rest_of_the_process_is_counted_before_the_engine(monkeypatch):
     assert parts["the server view and bookkeeping of 1,000 clients"] == 1000 * build.CLIENT_OVERHEAD_BYTES
     assert parts["100 tasks in flight"] == 100 * build.TASK_BYTES
     assert parts["the run's records of up to 20 updates"] == 20 * build.RECORD_BYTES  # 10 aggregations of K = 2
-    assert parts["the figures"] == build.FIGURE_BYTES + 1000 * build.FIGURE_CLIENT_BYTES + 20 * build.FIGURE_UPDATE_BYTES
+    assert parts["the figures"] == (build.FIGURE_BYTES + 1000 * build.FIGURE_CLIENT_BYTES
+                                    + 20 * build.FIGURE_UPDATE_BYTES)
     monkeypatch.setattr(build, "resident_bytes", lambda: None)  # not measurable: the engine's budget alone
     assert build.process_share(sc, 2, 0, {}) == ()
 

@@ -73,7 +73,7 @@ class LazyExecutor:
         self.engine = engine
         self.store = store
         self.memory = memory  # the run's memory plan; None: every pending task at each flush
-        # a bounded plan's pages, one to start with (the default's first 64 rows are a 256 MB page of 4 MB updates)
+        # a bounded plan's pages (a small share of what its engine may hold), one to start with; else the default
         page_rows = memory.page_rows if memory is not None else None
         self.deltas = DeltaStore(store.params(store.versions[0]) if len(store) else
                                  jax.tree_util.tree_map(lambda s: s[0], store.stacked),
