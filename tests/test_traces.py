@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from felix_jax.traces.data_paths import SHIPPED_DIR
 from felix_jax.traces import (
     DATA_ENV_VAR,
     REFERENCE_TRACE_NAMES,
@@ -425,9 +426,10 @@ def test_reference_traces_fall_back_to_the_shipped_copy(monkeypatch, tmp_path):
 
 
 @needs_data(REFERENCE_FILE)
-def test_reference_trace_statistics(monkeypatch):
-    """Fractions sampled every 600 s over the first 24 h, t = 0, 600, ..., 85800."""
-    monkeypatch.setenv(DATA_ENV_VAR, str(DATA))
+def test_reference_trace_statistics():
+    """Fractions sampled every 600 s over the first 24 h, t = 0, 600, ..., 85800; the data folder's copy when
+    there is one, else the copy shipped with felix-jax (the same file: test_data_fetch.py)."""
+    folder = DATA if DATA is not None and (DATA / REFERENCE_FILE).is_file() else SHIPPED_DIR
     ts = np.arange(0.0, 86400.0, 600.0)
     expected = {
         ("mobiperf_2st", Tier.AVL_TRAIN): 17.3,
@@ -437,16 +439,16 @@ def test_reference_trace_statistics(monkeypatch):
         ("syn_0", Tier.AVL_TRAIN): 100.0,
     }
     for (name, tier), pct in expected.items():
-        tr = load_reference_trace(name)  # via $FELIX_JAX_DATA
+        tr = load_reference_trace(name)  # the data home, else the shipped copy
         got = 100 * tr.fraction_in_state(tier, ts).mean()
         assert abs(got - pct) <= 0.05 + 1e-9, (name, tier, got)
     for name in REFERENCE_TRACE_NAMES:
-        tr = load_reference_trace(name, DATA)
+        tr = load_reference_trace(name, folder)
         assert tr.num_clients == 300 and tr.client_ids.tolist() == list(range(1, 301))
         assert np.all(tr.state_at(0.0) == TRAIN)
-    assert np.all(load_reference_trace("syn_50", DATA).state_at(86400.0) == UN)
-    assert load_reference_trace("mobiperf_2st", DATA).duration_s == 536263.0
-    ref = load_reference_clients(DATA / REFERENCE_FILE)
+    assert np.all(load_reference_trace("syn_50", folder).state_at(86400.0) == UN)
+    assert load_reference_trace("mobiperf_2st", folder).duration_s == 536263.0
+    ref = load_reference_clients(folder)
     assert ref.training_delay_s.min() == 2 and ref.training_delay_s.max() == 56
     assert np.median(ref.training_delay_s) == 10 and abs(ref.training_delay_s.mean() - 12.1) < 0.05
     assert ref.num_samples.sum() == 49326 and np.median(ref.num_samples) == 114
