@@ -73,12 +73,15 @@ def print_listing(preset: str = "quickstart") -> None:
             for line in lines:
                 print(f"      {line}")
     print_readings()
+    from ..cohort.adversary import AdversaryConfig
     from ..data.streams import StreamConfig
     from ..fleet.update_guard import UpdateGuardConfig
     from ..options import OptionSpec
 
     for field, config, what in (("update_guard", UpdateGuardConfig, "dropping bad client updates"),
-                                ("stream", StreamConfig, "client data streams: arrivals, drift, delayed labels")):
+                                ("stream", StreamConfig, "client data streams: arrivals, drift, delayed labels"),
+                                ("adversary", AdversaryConfig, "adversarial clients: a seeded share of the "
+                                 "population sends corrupted updates")):
         print(f"{field} options (--set {field}.KEY=V; {what}):")
         for line in OptionSpec(config).describe():
             print(f"      {line}")

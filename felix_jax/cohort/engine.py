@@ -38,6 +38,7 @@ from ..data.federated import FederatedData
 from ..data.streams import ClientStreams
 from ..models.base import Model, Params
 from . import checks
+from .adversary import Adversaries, attacked_train, local_train_attacked
 from .buckets import next_pow2, plan_buckets
 from .call_log import CallLog, CallRecord  # noqa: F401  (CallRecord importable from here, as before)
 from .config import LocalEvalConfig, LocalTrainConfig
@@ -103,14 +104,15 @@ _COHORT_FNS = {"train": (train_init, train_step, train_final), "eval": (eval_ini
 
 
 @lru_cache(maxsize=64)
-def _cohort_jit(kind: str, model: Model, cfg):
+def _cohort_jit(kind: str, model: Model, cfg, attack=None):
     """The single-device jitted cohort program of ``kind`` for ``model`` and its local config: one per
     (model, config) in the process, so every engine of the same model and config (the cells of a
     matrix, the runs of a comparison, a resumed run) reuses the programs an earlier one traced and
     compiled instead of tracing them again (jax caches by the function object; a fresh ``jax.jit`` per
     engine would start empty). The model is a tuple of functions, hashed by identity: the built-in
-    models are made once per (name, input shape, classes) (``experiment.registry.make_model``)."""
-    init, step, final = _COHORT_FNS[kind]
+    models are made once per (name, input shape, classes) (``experiment.registry.make_model``). ``attack``:
+    a training cohort whose tasks may be adversarial (:mod:`.adversary`; each task's flag an argument)."""
+    init, step, final = _COHORT_FNS[kind] if attack is None else attacked_train(attack)
     return jax.jit(partial(run_cohort, init, step, final, model, cfg), static_argnames=("scan_len", "plan"))
 
 
@@ -122,7 +124,8 @@ class CohortEngine:
                  backend: Literal["jit", "debug"] = "jit", plan: ExecutionPlan | str | None = None,
                  max_tasks_per_call: int = 256, min_tasks_per_call: int | None = None, devices: int | None = None,
                  streams: ClientStreams | None = None, call_overhead: int | None = None,
-                 no_step: np.ndarray | None = None, debug_checks: bool | None = None):
+                 no_step: np.ndarray | None = None, debug_checks: bool | None = None,
+                 adversaries: Adversaries | None = None):
         if backend not in ("jit", "debug"):
             raise ValueError(f"backend must be 'jit' or 'debug', got {backend!r}")
         self.model = model
@@ -163,6 +166,14 @@ class CohortEngine:
                 raise ValueError(f"no_step must be one boolean per client ({self.counts.shape}), got "
                                  f"{no_step.dtype} {no_step.shape}")
         self.no_step = no_step
+        # adversarial clients (cohort/adversary.py): the attack, and a boolean per client, fixed over the run;
+        # a training task carries its client's flag into the compiled call (None: no adversaries, no flag)
+        self.attack, self.adversarial = (None, None) if adversaries is None else adversaries
+        if self.adversarial is not None:
+            self.adversarial = np.asarray(self.adversarial)
+            if self.adversarial.dtype != bool or self.adversarial.shape != self.counts.shape:
+                raise ValueError(f"adversaries: one boolean per client ({self.counts.shape}), got "
+                                 f"{self.adversarial.dtype} {self.adversarial.shape}")
         # client streams: a task's data (and so its length) depends on its start time (data/streams.py)
         if (streams is None) != (data.streams is None):
             raise ValueError("the engine's host stream tables and the device data's must come together")
@@ -178,14 +189,15 @@ class CohortEngine:
         self._template = None  # the model's parameter shapes, for the debug checks (on first use)
         if self.num_devices == 1:
             self._mesh = None
-            self._train_jit = _cohort_jit("train", model, train_cfg)
+            self._train_jit = _cohort_jit("train", model, train_cfg, self.attack)
             self._eval_jit = _cohort_jit("eval", model, self.eval_cfg)
         else:
             self._mesh = jax.sharding.Mesh(np.array(self.devices), (CLIENTS_AXIS,))
             self._data_on_mesh = place_replicated(data, self._mesh)  # once: the data never changes
             # results are read on this process's first mesh device, where single-device code would put them
             self._home = next(d for d in self.devices if d.process_index == jax.process_index())
-            self._train_jit = self._sharded(train_init, train_step, train_final, train_cfg, self.train_scan_len)
+            fns = (train_init, train_step, train_final) if self.attack is None else attacked_train(self.attack)
+            self._train_jit = self._sharded(*fns, train_cfg, self.train_scan_len, self.attack is not None)
             self._eval_jit = self._sharded(eval_init, eval_step, eval_final, self.eval_cfg, self.eval_scan_len)
 
     # ---- host API -------------------------------------------------------------------
@@ -243,8 +255,9 @@ class CohortEngine:
         parts, order = [], []
         for b in self._buckets(steps):
             args, rows = self._task_args(b, slots, clients, task_ids, times, steps)
+            attackers = self._task_attackers(b, clients)
             out = self._timed("train", b, args[-1], lambda: self._call(
-                self._train_jit, stacked_params, args, self.train_scan_len))
+                self._train_jit, stacked_params, args, self.train_scan_len, attackers))
             if sink is not None:  # the call's deltas leave now; its statistics stay (a few floats a task)
                 sink(out.delta, b.indices, rows)
                 out = out._replace(delta=None)
@@ -321,20 +334,37 @@ class CohortEngine:
         rows = np.argsort(layout, kind="stable")[:len(bucket.indices)]
         return tuple(a[layout] for a in args), rows
 
-    def _call(self, jitted, stacked_params, args, scan_len):
+    def attackers_of(self, clients) -> np.ndarray | None:
+        """Each task's adversary flag, its client's (bool); None for an engine without adversaries."""
+        return None if self.attack is None else self.adversarial[np.asarray(clients)]
+
+    def _task_attackers(self, bucket, clients) -> np.ndarray | None:
+        """The bucket's adversary flags, padded (padding is honest) and in device order, as ``_task_args``."""
+        flags = self.attackers_of(clients[bucket.indices])
+        if flags is None:
+            return None
+        padded = np.concatenate([flags, np.zeros(bucket.num_tasks - len(flags), bool)])
+        return padded[task_layout(bucket.num_tasks, self.num_devices)]
+
+    def _call(self, jitted, stacked_params, args, scan_len, attackers=None):
+        # attackers: the tasks' adversary flags (None: an engine without adversaries, whose program takes none)
+        extra = {} if attackers is None else {"attackers": jnp.asarray(attackers)}
         if self._mesh is None:
             return jitted(stacked_params, self.data, *(jnp.asarray(a) for a in args),
-                          jnp.zeros(len(args[0]), jnp.int32), self._key_data, scan_len=scan_len, plan=self.plan)
+                          jnp.zeros(len(args[0]), jnp.int32), self._key_data, scan_len=scan_len, plan=self.plan,
+                          **extra)
         out = jitted(place_replicated(stacked_params, self._mesh), self._data_on_mesh,
-                     *(place_by_task(a, self._mesh) for a in args))
+                     *(place_by_task(a, self._mesh) for a in (args if attackers is None else (*args, attackers))))
         return local_copy(out, self._home)
 
-    def _sharded(self, init, step, final, cfg, scan_len):
-        def run(stacked, data, slots, clients, task_ids, times, lengths):
+    def _sharded(self, init, step, final, cfg, scan_len, attacked: bool = False):
+        def run(stacked, data, slots, clients, task_ids, times, lengths, *attackers):
+            extra = {"attackers": attackers[0]} if attackers else {}
             return run_cohort(init, step, final, self.model, cfg, stacked, data, slots, clients, task_ids, times,
-                               lengths, jnp.zeros_like(slots), self._key_data, scan_len=scan_len, plan=self.plan)
+                               lengths, jnp.zeros_like(slots), self._key_data, scan_len=scan_len, plan=self.plan,
+                               **extra)
 
-        return sharded_cohort(run, self._mesh, num_task_args=5)
+        return sharded_cohort(run, self._mesh, num_task_args=6 if attacked else 5)
 
     def _timed(self, kind, bucket, lengths, call):
         """Runs ``call`` and records it; ``lengths`` are the bucket's padded lengths in device order."""
@@ -353,14 +383,22 @@ class CohortEngine:
     def _task_params(self, stacked, slot):
         return jax.tree_util.tree_map(lambda s: s[int(slot)], stacked)
 
+    def _reference_train(self, client):
+        """The debug backend's one-task training for ``client``: ``local_train``, or its adversarial
+        reference (:func:`~.adversary.local_train_attacked`) in an engine with adversaries."""
+        if self.attack is None:
+            return local_train
+        return partial(local_train_attacked, self.attack, bool(self.adversarial[int(client)]))
+
     def _train_debug(self, stacked, slots, clients, task_ids, steps, times) -> CohortTrainOutput:
         results = []
         with jax.disable_jit():
             for slot, c, tid, n, t in zip(slots, clients, task_ids, steps, times):
                 key = jax.random.fold_in(self.base_key, int(tid))
                 # a zero-step task scans one masked step: un-jitted, a scan of length 0 has no output type
-                results.append(local_train(self.model, self.train_cfg, max(int(n), 1), self._task_params(stacked, slot),
-                                           self.data, jnp.int32(c), key, jnp.int32(n), jnp.float32(t)))
+                train = self._reference_train(c)
+                results.append(train(self.model, self.train_cfg, max(int(n), 1), self._task_params(stacked, slot),
+                                     self.data, jnp.int32(c), key, jnp.int32(n), jnp.float32(t)))
         stacked_out = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *results)
         host = jax.device_get((stacked_out.first_batch, stacked_out.all_steps, stacked_out.num_steps))
         idx = np.arange(len(results))
@@ -415,17 +453,22 @@ def _assemble_train(parts, order) -> CohortTrainOutput:
 
 
 def run_cohort(init, step, final, model, cfg, stacked, data, slots, clients, task_ids, times, lengths, key_of,
-                base_keys, *, scan_len, plan):
+                base_keys, *, scan_len, plan, attackers=None):
     """One compiled call: per task, gather its start parameters and key, then init/scan(step)/final.
+
+    ``attackers`` (n,) bool, where given: each task's adversary flag, passed to ``init`` as ``attacker=``
+    (an adversarial cohort's functions, :func:`~.adversary.attacked_train`).
 
     ``base_keys`` (E, key data) holds one base key per experiment sharing the call (one for a
     single engine) and ``key_of`` each task's row in it: task ``i``'s key is
     ``fold_in(base_keys[key_of[i]], task_ids[i])``, the same key whichever call computes it."""
-    def init_task(slot, client, tid, t, which):
+    def init_task(slot, client, tid, t, which, *attacker):
         params = jax.tree_util.tree_map(lambda s: s[slot], stacked)
         key = jax.random.fold_in(jax.random.wrap_key_data(base_keys[which]), tid)
-        return init(model, cfg, params, data, client, key, t)
+        flag = {"attacker": attacker[0]} if attacker else {}
+        return init(model, cfg, params, data, client, key, t, **flag)
 
     return cohort_scan(init_task, lambda ctx, c, s, n: step(model, cfg, data, ctx, c, s, n),
-                       lambda ctx, c, n: final(ctx, c, n, scan_len), plan, (slots, clients, task_ids, times, key_of),
+                       lambda ctx, c, n: final(ctx, c, n, scan_len), plan,
+                       (slots, clients, task_ids, times, key_of) + (() if attackers is None else (attackers,)),
                        lengths, scan_len)

@@ -26,6 +26,7 @@ import numpy as np
 
 from ..data.federated import FederatedData
 from ..data.streams import DeviceStreams
+from .adversary import attacked_train
 from .buckets import plan_buckets
 from .engine import (CallRecord, CohortEngine, CohortEvalOutput, CohortTrainOutput, pad_task_args, run_cohort)
 from .local import eval_final, eval_init, eval_step, train_final, train_init, train_step
@@ -175,8 +176,8 @@ class SharedCohort:
 
     def _shared(self, kind: str, requests: list[Request]) -> list:
         outputs: list = [None] * len(requests)
-        for cfg, members in self._by_config(requests, kind).items():
-            for i, out in zip(members, self._run(kind, cfg, [requests[i] for i in members])):
+        for (cfg, attack), members in self._by_config(requests, kind).items():
+            for i, out in zip(members, self._run(kind, cfg, [requests[i] for i in members], attack)):
                 outputs[i] = out
         return outputs
 
@@ -185,18 +186,21 @@ class SharedCohort:
         for i, r in enumerate(requests):
             if id(r.engine) not in self._index:
                 raise GroupError("a request from an engine outside the group")
-            groups.setdefault(r.engine.train_cfg if kind == "train" else r.engine.eval_cfg, []).append(i)
+            # a training call runs one program: one local config, one attack (cohort/adversary.py) or none
+            key = (r.engine.train_cfg, r.engine.attack) if kind == "train" else (r.engine.eval_cfg, None)
+            groups.setdefault(key, []).append(i)
         return groups
 
-    def _jit(self, kind, cfg):
-        key = (kind, cfg)
+    def _jit(self, kind, cfg, attack=None):
+        key = (kind, cfg, attack)
         if key not in self._jits:
-            fns = (train_init, train_step, train_final) if kind == "train" else (eval_init, eval_step, eval_final)
+            fns = (eval_init, eval_step, eval_final) if kind == "eval" else (
+                (train_init, train_step, train_final) if attack is None else attacked_train(attack))
             self._jits[key] = jax.jit(partial(_grouped_cohort, *fns, self.model, cfg),
                                       static_argnames=("scan_len", "plan"))
         return self._jits[key]
 
-    def _run(self, kind: str, cfg, requests: list[Request]):
+    def _run(self, kind: str, cfg, requests: list[Request], attack=None):
         # every experiment's version store goes into the call whole and is concatenated inside it; an
         # experiment without tasks in this flush is stood in for by zeros of its store's last shape (its
         # store may have been updated in place since). Shapes stay fixed while stores keep their
@@ -210,6 +214,7 @@ class SharedCohort:
         sizes = [jax.tree_util.tree_leaves(st)[0].shape[0] for st in stores]
         store_base = dict(zip(order, np.concatenate([[0], np.cumsum(sizes)[:-1]]).tolist()))
         slots, clients, ids, times, lengths, key_of, owner = [], [], [], [], [], [], []
+        flags: list = []
         for r_i, r in enumerate(requests):
             m = self._index[id(r.engine)]
             slots.append(r.slots + store_base[m])
@@ -219,11 +224,14 @@ class SharedCohort:
             lengths.append(r.engine.num_train_steps(r.clients, r.times) if kind == "train"
                            else r.engine.num_eval_batches(r.clients, r.times))
             key_of.append(np.full(len(r.clients), m, np.int32))
+            if attack is not None:  # each task's adversary flag, its client's in its own experiment
+                flags.append(r.engine.attackers_of(r.clients))
             owner.append(np.full(len(r.clients), r_i, np.int64))
         cat = lambda parts, dtype: np.concatenate(parts).astype(dtype)  # noqa: E731
         slots, clients, ids = cat(slots, np.int32), cat(clients, np.int32), cat(ids, np.int32)
         times, lengths = cat(times, np.float32), cat(lengths, np.int64)
         key_of, owner = cat(key_of, np.int32), cat(owner, np.int64)
+        flags = cat(flags, bool) if attack is not None else None
         size = tuple(sizes)
         scan_len = self.train_scan_len if kind == "train" else self.eval_scan_len
         buckets = plan_buckets(lengths, self.max_tasks_per_call, self.call_overhead, min_tasks=self.min_tasks_per_call,
@@ -233,13 +241,15 @@ class SharedCohort:
             idx = b.indices
             args = pad_task_args(b.num_tasks, slots[idx], clients[idx], ids[idx], times[idx], lengths[idx])
             which = np.concatenate([key_of[idx], np.zeros(b.num_tasks - len(idx), np.int32)])
-            shape = (kind, cfg, b.num_tasks, size)
+            shape = (kind, cfg, attack, b.num_tasks, size)
+            extra = {} if flags is None else {
+                "attackers": jnp.asarray(np.concatenate([flags[idx], np.zeros(b.num_tasks - len(idx), bool)]))}
             compiled = shape not in self._seen
             self._seen.add(shape)
             t0 = time.perf_counter()
-            out = jax.block_until_ready(self._jit(kind, cfg)(
+            out = jax.block_until_ready(self._jit(kind, cfg, attack)(
                 stores, self.data, *(jnp.asarray(a) for a in args), jnp.asarray(which), self.keys,
-                scan_len=scan_len, plan=self.plan))
+                scan_len=scan_len, plan=self.plan, **extra))
             seconds = time.perf_counter() - t0
             members = np.unique(owner[idx])
             self.calls.append(GroupCall(kind, len(idx), len(members), b.num_tasks, seconds, compiled))
@@ -297,7 +307,8 @@ class SharedCohort:
                 for mine in (np.flatnonzero(owner == m) for m in range(len(requests)))]
 
 
-def _grouped_cohort(init, step, final, model, cfg, stores, data, *task_args, scan_len, plan):
+def _grouped_cohort(init, step, final, model, cfg, stores, data, *task_args, scan_len, plan, attackers=None):
     """:func:`~felix_jax.cohort.engine.run_cohort` over several experiments' version stores."""
     stacked = stores[0] if len(stores) == 1 else jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *stores)
-    return run_cohort(init, step, final, model, cfg, stacked, data, *task_args, scan_len=scan_len, plan=plan)
+    return run_cohort(init, step, final, model, cfg, stacked, data, *task_args, scan_len=scan_len, plan=plan,
+                      attackers=attackers)

@@ -10,7 +10,7 @@ lazy batched execution relies on (docs/architecture.md).
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -102,7 +102,8 @@ class TrainCarry(NamedTuple):
 
 
 def train_init(model: Model, cfg: LocalTrainConfig, params: Params, data: FederatedData, client: jax.Array,
-               key: jax.Array, t_s: jax.Array | None = None) -> tuple[TrainContext, TrainCarry]:
+               key: jax.Array, t_s: jax.Array | None = None,
+               relabel: Callable[[jax.Array], jax.Array] | None = None) -> tuple[TrainContext, TrainCarry]:
     """Task setup: the client's row, its keys, and the optimizer state.
 
     With augmentation on, the first-batch utility statistics come from a forward
@@ -114,6 +115,8 @@ def train_init(model: Model, cfg: LocalTrainConfig, params: Params, data: Federa
     With client streams the task trains on what its client holds at ``t_s`` (its start).
     """
     row, count, labels = client_data(data, client, t_s)
+    if relabel is not None:  # the labels an adversarial client trains on (cohort/adversary.py), per row position
+        labels = relabel(data.y[row] if labels is None else labels)
     k_order, k_augment = jax.random.split(key)
     ctx = TrainContext(params, row, count, cfg.steps_per_epoch(count), k_order, k_augment, labels)
     first = LossStats.zeros()

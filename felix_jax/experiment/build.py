@@ -13,6 +13,7 @@ import jax
 import numpy as np
 
 from ..cohort import CohortEngine, LocalEvalConfig, LocalTrainConfig
+from ..cohort.adversary import make_adversaries
 from ..cohort.budget import UNBOUNDED_BYTES, MemoryPlan, plan_memory, resolve_budget
 from ..cohort.store import tree_bytes
 from ..data.federated import held_out_to_device, to_device
@@ -75,8 +76,11 @@ def build_simulator(sc: Scenario, on_checkpoint=None, on_partition=None) -> Flee
     data = to_device(ds, part)
     if streams is not None:
         data = data.replace(streams=streams_to_device(streams))
+    adversary = sc.resolve_adversary()  # adversarial clients, drawn once for the run (cohort/adversary.py)
+    adversaries = None if adversary is None else make_adversaries(adversary, sc.num_clients, ds.num_classes, sc.seed)
     engine = CohortEngine(model, data, train_cfg, eval_cfg, seed=sc.seed, plan=sc.plan, devices=sc.devices,
-                          streams=streams, no_step=reference_zero_step(sc, reading.small_clients))
+                          streams=streams, no_step=reference_zero_step(sc, reading.small_clients),
+                          adversaries=adversaries)
     trace = make_trace(sc.availability, sc.num_clients, int(seeds[1].generate_state(1)[0]), sc.slot_s,
                        sc.max_virtual_hours * 3600, start_s=sc.trace_start_s, speedup=sc.trace_speedup,
                        form=sc.trace_form)

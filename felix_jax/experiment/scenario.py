@@ -6,7 +6,8 @@ profile, strategy) and are resolved once, in :mod:`felix_jax.experiment.runner`.
 field's type; dotted keys reach the strategy's policy options
 (``aggregator.normalize``, ``selector.variant``, ``eval_selector.min_age``: any
 field of the policy's config, see ``felix-jax run --list``) and the update guard
-(``update_guard.max_norm_ratio``); ``aggregator.name=median`` (or a bare
+(``update_guard.max_norm_ratio``) and the adversarial clients (``adversary.fraction``,
+``adversary.kind``); ``aggregator.name=median`` (or a bare
 ``aggregator=median``) swaps the strategy's component for another registered one
 (:func:`~felix_jax.experiment.strategies.with_components`). A scenario is
 validated when it is built: a bad field or option raises one
@@ -29,7 +30,7 @@ from ..suggest import did_you_mean, known_names
 
 COMPONENT_FIELDS = ("selector", "eval_selector", "aggregator")  # a strategy's components: KEY.name swaps one
 POLICY_FIELDS = COMPONENT_FIELDS + ("update_guard",)
-OPTION_FIELDS = POLICY_FIELDS + ("stream", "reading")  # dict fields that dotted keys reach
+OPTION_FIELDS = POLICY_FIELDS + ("stream", "reading", "adversary")  # dict fields that dotted keys reach
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +77,8 @@ class Scenario:
     aggregator: dict = dataclasses.field(default_factory=dict)
     # the server's check of every client update (felix_jax.fleet.update_guard.UpdateGuardConfig fields)
     update_guard: dict = dataclasses.field(default_factory=dict)
+    # adversarial clients (felix_jax.cohort.adversary.AdversaryConfig fields: fraction, kind, seed); {}: none
+    adversary: dict = dataclasses.field(default_factory=dict)
     concurrency: int = 10
     aggregation_goal: int = 5
     overcommit: float = 1.3
@@ -150,6 +153,7 @@ class Scenario:
         if self.model not in MODELS:
             raise OptionError(f"model={self.model!r}: unknown model{known_names(self.model, MODELS, 'models')}")
         self.resolve_update_guard()
+        self.resolve_adversary()
         if self.resolve_stream().live_eval and self.stream and self.test_hits:
             raise OptionError("test_hits=true keeps the fixed test set's per-sample correctness, but this stream "
                               "weights the test to the live class mix: set stream.live_eval=false, or leave "
@@ -193,6 +197,16 @@ class Scenario:
         from ..options import OptionSpec
 
         return OptionSpec(UpdateGuardConfig).build("update_guard", self.update_guard)
+
+    def resolve_adversary(self):
+        """The :class:`~felix_jax.cohort.adversary.AdversaryConfig` of this scenario's adversarial clients,
+        or None without any (``adversary`` empty: the cohort runs no adversary code at all)."""
+        if not self.adversary:
+            return None
+        from ..cohort.adversary import AdversaryConfig
+        from ..options import OptionSpec
+
+        return OptionSpec(AdversaryConfig).build("adversary", self.adversary)
 
     def resolve_reading(self):
         """The :class:`~felix_jax.fleet.reading.Reading` this scenario names (``semantics``, then its
@@ -336,6 +350,8 @@ FIELD_HELP: dict[str, str] = {
     "aggregator": "options of the strategy's aggregator (aggregator.KEY=V); aggregator.name=NAME (or "
                   "aggregator=NAME) swaps in another aggregator",
     "update_guard": "options of the server's check of client updates (update_guard.KEY=V)",
+    "adversary": "adversarial clients: adversary.fraction (of the population, drawn once from the seed), "
+                 "adversary.kind (sign_flip, scale:X, gaussian:SIGMA, label_flip), adversary.seed; {}: none",
     "concurrency": "async: training tasks kept in flight (c)",
     "aggregation_goal": "updates per aggregation (K)",
     "overcommit": "sync: a round selects int(overcommit * K) clients",

@@ -37,6 +37,13 @@ class Accounting:
     zero_weight_updates: int = 0
     rejected_updates_nonfinite: int = 0  # dropped by the update guard: NaN or Inf
     rejected_updates_norm: int = 0  # dropped by the update guard: L2 norm out of bounds
+    # adversarial clients (cohort/adversary.py): how many the population holds, their training tasks, their
+    # updates that entered an aggregation, those accepted with weight > 0, and the weight they were given
+    adversarial_clients: int = 0
+    adversarial_tasks: int = 0
+    adversarial_updates: int = 0
+    adversarial_updates_accepted: int = 0
+    adversarial_weight_total: float = 0.0
     # aggregations whose server step was taken (an accepted update of positive weight, a finite model);
     # a buffer with none still closes its round and advances the version
     model_steps: int = 0
@@ -125,6 +132,10 @@ class Accounting:
         out["picked_utility_p50"] = pct(self.picked_utility, 50)
         out["picked_duration_mean_s"] = float(np.mean(self.picked_duration_s)) if len(self.picked_duration_s) else None
         out["agg_weight_p50"] = pct(self.agg_weights, 50)
+        adversarial = self.adversarial_updates_accepted  # their mean weight, and their share of all the weight
+        out["adversarial_weight_mean"] = self.adversarial_weight_total / adversarial if adversarial else None
+        out["adversarial_weight_share"] = (self.adversarial_weight_total / float(weights.sum()) if weights.sum() > 0
+                                           and self.adversarial_clients else None)
         # the weights of fresh (staleness 0) and late updates (the paper's Fig. 15: TierFuse vs FedBuff)
         stale = np.asarray(self.staleness, np.int64)
         if stale.shape == weights.shape and stale.size:

@@ -118,6 +118,8 @@ class FleetSimulator:
         if trace.num_clients < engine.data.num_clients:
             raise ValueError(f"trace has {trace.num_clients} clients but the data has {engine.data.num_clients}")
         self.model, self.engine, self.trace, self.profile = model, engine, trace, profile
+        # adversarial clients (cohort/adversary.py): a boolean per client, fixed over the run; None: none
+        self._adversarial = engine.adversarial
         self.test, self.cfg, self.stop = test, config, stop
         self.reading = config.reading
         # the FeLiX code's oracle runs (reading.oracle_clients): clients that never leave, while the
@@ -151,6 +153,7 @@ class FleetSimulator:
         self.rng = np.random.default_rng(np.random.SeedSequence([seed, 1]))
         self.queue = EventQueue()
         self.acct = Accounting()
+        self.acct.adversarial_clients = 0 if self._adversarial is None else int(self._adversarial.sum())
         # the event log streamed to a file (stream_events); None: its rows are held in acct.events
         self.event_stream: EventStream | None = None
         self._restored_event_log: dict | None = None  # a snapshot's streamed log, until stream_events
@@ -441,6 +444,9 @@ class FleetSimulator:
         if self.engine.streams is not None and kind == "train":
             task.label_time_s, task.proxy_fraction = self.engine.streams.label_report(client, self.now)
         self._log(self.now, "dispatch", client, kind, self.version)
+        if kind == "train" and self._adversarial is not None and self._adversarial[client]:
+            self._log(self.now, "adversarial", client, kind, self.version)  # the task's update will be corrupted
+            self.acct.adversarial_tasks += 1
         if timeline.start_s > self.now and math.isfinite(timeline.start_s):
             self._log(timeline.start_s, "start", client, kind, self.version)
         if math.isfinite(timeline.first_stop_s):
@@ -662,6 +668,8 @@ class FleetSimulator:
         weights = np.zeros(len(updates), np.float64)
         if keep.any():
             weights[keep] = self._accepted_weights(info, deltas, keep)
+        if self._adversarial is not None:
+            self._count_adversarial(updates, weights)
         if self.aggregator.combine is None and not self.aggregator.normalize and 0 < keep.sum() < len(updates):
             # the reduction divides by the K rows it is given; the aggregator's K is the accepted K'
             weights *= len(updates) / keep.sum()
@@ -689,6 +697,14 @@ class FleetSimulator:
             self._checkpoint()
         if self.version >= self.stop.max_aggregations and self._stop_reason is None:
             self._stop_reason = "max_aggregations"
+
+    def _count_adversarial(self, updates: list[Update], weights: np.ndarray) -> None:
+        """The buffer's updates from adversarial clients, those accepted (weight > 0) and the total weight
+        the aggregator gave them (its own weights, as ``agg_weights`` records them), for ``summary.json``."""
+        adversarial = self._adversarial[np.array([u.task.client for u in updates], np.int64)]
+        self.acct.adversarial_updates += int(adversarial.sum())
+        self.acct.adversarial_updates_accepted += int((adversarial & (weights > 0)).sum())
+        self.acct.adversarial_weight_total += float(weights[adversarial].sum())
 
     def _judge(self, finite: np.ndarray, norms: np.ndarray) -> Verdict:
         """The guard's verdict on one buffer; counts rejections and remembers accepted norms."""
