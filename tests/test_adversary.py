@@ -165,6 +165,41 @@ def test_a_shared_sweep_call_gives_each_experiment_its_own_results(tiny):
         chex.assert_trees_all_equal(a.delta, b.delta)
 
 
+SHARDED_SCRIPT = """
+    import jax
+    import numpy as np
+    from conftest import make_image_dataset
+    from felix_jax.cohort import CohortEngine, LocalTrainConfig, VersionStore
+    from felix_jax.cohort.adversary import Adversaries, Attack
+    from felix_jax.data.federated import to_device
+    from felix_jax.data.partition import partition_from_counts
+    from felix_jax.models import mlp
+
+    assert jax.device_count() == 4, jax.devices()
+    ds = make_image_dataset()
+    data = to_device(ds, partition_from_counts(600, np.array([5, 70, 33, 100, 1, 64], np.int32), seed=0))
+    model = mlp((8, 8, 3), hidden=(16,))
+    store = VersionStore(model.init(jax.random.key(0)), capacity=1)
+    cfg = LocalTrainConfig(batch_size=16, learning_rate=0.1, mode="steps", local_steps=2)
+    tasks = ([0] * 5, [0, 1, 2, 3, 5], [40, 41, 42, 43, 44])
+    for kind in ("sign_flip", "gaussian:2"):
+        adversaries = Adversaries(Attack.parse(kind, 10), np.array([False, True, False, True, False, True]))
+        one = CohortEngine(model, data, cfg, devices=1, adversaries=adversaries).train(store.stacked, *tasks)
+        four = CohortEngine(model, data, cfg, adversaries=adversaries).train(store.stacked, *tasks)
+        diff = max(float(np.abs(np.asarray(a) - np.asarray(b)).max())
+                   for a, b in zip(jax.tree_util.tree_leaves(one.delta), jax.tree_util.tree_leaves(four.delta)))
+        print(kind, diff)
+"""
+
+
+@pytest.mark.slow  # a subprocess with 4 forced CPU devices, 4 programs: ~50 s on 2 cores (the flag itself: above)
+def test_each_task_keeps_its_flag_when_the_cohort_is_sharded_over_four_devices(forced_devices):
+    out = forced_devices.run(SHARDED_SCRIPT)
+    diffs = dict(line.split() for line in out.strip().splitlines()[-2:])
+    assert set(diffs) == {"sign_flip", "gaussian:2"}
+    assert all(float(d) < 1e-5 for d in diffs.values()), diffs
+
+
 # ---------------------------------------------------------------- the draw and the options
 def test_the_adversaries_are_a_seeded_nested_share_of_the_population():
     assert [adversary_count(12, f) for f in (0.0, 0.3, 0.5, 1.0)] == [0, 4, 6, 12]
@@ -235,3 +270,17 @@ def test_a_run_at_fraction_zero_is_bit_identical_and_a_run_with_adversaries_reco
     assert summary["adversarial_weight_total"] == pytest.approx(
         sum(1 / np.sqrt(1 + int(e[5])) for e in aggregated), rel=1e-9)
     assert 0 < summary["adversarial_weight_share"] < 1
+
+
+@pytest.mark.slow  # three runs and their snapshots: ~50 s on 2 loaded cores
+def test_a_run_with_adversaries_and_multi_krum_resumes_exactly(tmp_path):
+    from felix_jax.experiment.presets import get_preset
+    from felix_jax.experiment.runner import build_simulator
+    from tests.test_snapshot import assert_same_run, killed_and_resumed
+
+    sc = get_preset("tiny").with_overrides({
+        "strategy": "multi-krum", "aggregation_goal": "5", "concurrency": "5", "max_aggregations": "4",
+        "target_accuracy": "none", "adversary.fraction": "0.3", "adversary.kind": "gaussian:1"})
+    uninterrupted = build_simulator(sc).run()
+    assert uninterrupted.accounting.adversarial_updates > 0
+    assert_same_run(uninterrupted, killed_and_resumed(sc, tmp_path / "snapshot", kill_at_version=2, every=2))
