@@ -15,6 +15,7 @@ from felix_jax.policies.aggregators import (AGGREGATORS, BufferInfo, DeltaBound,
                                             make_fedbuff, make_refl_saa, make_tierfuse, relative_change,
                                             update_norms)
 from felix_jax.policies.aggregators import deltas as deltas_mod
+from felix_jax.policies.aggregators.byzantine import SelectionInfo
 from felix_jax.policies.aggregators.fedasync import hinge_weight, polynomial_weight
 from felix_jax.policies.aggregators.refl_saa import saa_weights
 from felix_jax.policies.aggregators.tierfuse import alpha_staleness, beta_utility, tierfuse_weight
@@ -137,6 +138,10 @@ def test_registry_builds_every_aggregator():
     for name, make in AGGREGATORS.items():
         agg = make()
         b = REFLBufferInfo.of(buf, [0.0, 1.0, 2.0]) if name == "refl_saa" else buf
+        if name in ("krum", "multi-krum", "bulyan"):  # they weigh the selection augment_info makes
+            with pytest.raises(TypeError, match="SelectionInfo"):
+                agg.weights(b)
+            b = SelectionInfo.of(buf, [True, False, True])
         w = agg.weights(b)
         assert w.shape == (3,) and np.all(w >= 0), name
     assert make_aggregator("tierfuse", cap_beta=False).weights(info([0], utility=[2.0 ** 20 - 1]))[0] == \
