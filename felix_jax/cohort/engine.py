@@ -124,7 +124,7 @@ class CohortEngine:
                  backend: Literal["jit", "debug"] = "jit", plan: ExecutionPlan | str | None = None,
                  max_tasks_per_call: int = 256, min_tasks_per_call: int | None = None, devices: int | None = None,
                  streams: ClientStreams | None = None, call_overhead: int | None = None,
-                 no_step: np.ndarray | None = None, debug_checks: bool | None = None,
+                 no_step: np.ndarray | None = None, debug_checks: bool | None = None, prox_mu: float = 0.0,
                  adversaries: Adversaries | None = None):
         if backend not in ("jit", "debug"):
             raise ValueError(f"backend must be 'jit' or 'debug', got {backend!r}")
@@ -157,6 +157,15 @@ class CohortEngine:
         self._chunk = None if self.plan.kind == "vmap" else (1 if self.plan.kind == "map" else self.plan.chunk)
         self.base_key = jax.random.key(seed)
         self._key_data = jax.random.key_data(self.base_key)[None]  # (1, key data): see run_cohort
+        # FedProx's proximal weight of every training task (local.train_step): an argument of the compiled
+        # call, not of its config, so runs with other mu share its programs
+        if not (np.isfinite(prox_mu) and prox_mu >= 0):
+            raise ValueError(f"prox_mu must be a finite number >= 0, got {prox_mu!r}")
+        self.prox_mu = float(prox_mu)
+        self._prox_mus = jnp.full((1,), self.prox_mu, jnp.float32)  # (1,): one per experiment, see run_cohort
+        # tasks that run fewer local steps than their client's (a partial update: FedProx's interruption mode
+        # ``partial``, fleet/lifecycle.py): task id -> steps, set at dispatch by the fleet (set_step_limit)
+        self._step_limits: dict[int, int] = {}
         self.counts = np.asarray(jax.device_get(data.counts))
         # clients that take no training step whatever they hold (a boolean per client; None: none), e.g. the
         # FeLiX code's zero-step clients picked by their size at the paper's scale (fleet/reading.py)
@@ -216,6 +225,23 @@ class CohortEngine:
             steps = np.where(self.no_step[np.asarray(clients)], 0, steps).astype(np.int32)
         return steps
 
+    def set_step_limit(self, task_id: int, steps: int | None) -> None:
+        """Training task ``task_id`` runs ``steps`` local steps instead of its client's (the steps it
+        finished before its client left: a partial update); ``None`` forgets the limit (its result taken)."""
+        if steps is None:
+            self._step_limits.pop(int(task_id), None)
+        else:
+            self._step_limits[int(task_id)] = int(steps)
+
+    def train_lengths(self, clients, task_ids, times=None) -> np.ndarray:
+        """Local steps of each training task: its client's (:meth:`num_train_steps`), or fewer where the
+        task has a step limit (:meth:`set_step_limit`)."""
+        steps = self.num_train_steps(clients, times)
+        if self._step_limits:
+            limits = np.array([self._step_limits.get(int(t), -1) for t in np.asarray(task_ids)], np.int64)
+            steps = np.where(limits >= 0, np.minimum(steps, limits), steps).astype(np.int32)
+        return steps
+
     def takes_no_step(self, client: int, count: int) -> bool:
         """Whether ``client``, holding ``count`` samples, gets no batch from its loader (a zero-step client:
         its training task takes no step, its eval task forwards nothing)."""
@@ -249,7 +275,7 @@ class CohortEngine:
     def _train(self, stacked_params, slots, clients, task_ids, times, sink=None) -> CohortTrainOutput:
         if self.shared is not None:
             return self.shared("train", self, stacked_params, slots, clients, task_ids, times)
-        steps = self.num_train_steps(clients, times)
+        steps = self.train_lengths(clients, task_ids, times)
         if self.backend == "debug":
             return self._train_debug(stacked_params, slots, clients, task_ids, steps, times)
         parts, order = [], []
@@ -351,8 +377,8 @@ class CohortEngine:
         extra = {} if attackers is None else {"attackers": jnp.asarray(attackers)}
         if self._mesh is None:
             return jitted(stacked_params, self.data, *(jnp.asarray(a) for a in args),
-                          jnp.zeros(len(args[0]), jnp.int32), self._key_data, scan_len=scan_len, plan=self.plan,
-                          **extra)
+                          jnp.zeros(len(args[0]), jnp.int32), self._key_data, self._prox_mus, scan_len=scan_len,
+                          plan=self.plan, **extra)
         out = jitted(place_replicated(stacked_params, self._mesh), self._data_on_mesh,
                      *(place_by_task(a, self._mesh) for a in (args if attackers is None else (*args, attackers))))
         return local_copy(out, self._home)
@@ -361,8 +387,8 @@ class CohortEngine:
         def run(stacked, data, slots, clients, task_ids, times, lengths, *attackers):
             extra = {"attackers": attackers[0]} if attackers else {}
             return run_cohort(init, step, final, self.model, cfg, stacked, data, slots, clients, task_ids, times,
-                               lengths, jnp.zeros_like(slots), self._key_data, scan_len=scan_len, plan=self.plan,
-                               **extra)
+                               lengths, jnp.zeros_like(slots), self._key_data, self._prox_mus, scan_len=scan_len,
+                               plan=self.plan, **extra)
 
         return sharded_cohort(run, self._mesh, num_task_args=6 if attacked else 5)
 
@@ -398,7 +424,8 @@ class CohortEngine:
                 # a zero-step task scans one masked step: un-jitted, a scan of length 0 has no output type
                 train = self._reference_train(c)
                 results.append(train(self.model, self.train_cfg, max(int(n), 1), self._task_params(stacked, slot),
-                                     self.data, jnp.int32(c), key, jnp.int32(n), jnp.float32(t)))
+                                     self.data, jnp.int32(c), key, jnp.int32(n), jnp.float32(t),
+                                     jnp.float32(self.prox_mu)))
         stacked_out = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *results)
         host = jax.device_get((stacked_out.first_batch, stacked_out.all_steps, stacked_out.num_steps))
         idx = np.arange(len(results))
@@ -453,7 +480,7 @@ def _assemble_train(parts, order) -> CohortTrainOutput:
 
 
 def run_cohort(init, step, final, model, cfg, stacked, data, slots, clients, task_ids, times, lengths, key_of,
-                base_keys, *, scan_len, plan, attackers=None):
+                base_keys, prox_mus=None, *, scan_len, plan, attackers=None):
     """One compiled call: per task, gather its start parameters and key, then init/scan(step)/final.
 
     ``attackers`` (n,) bool, where given: each task's adversary flag, passed to ``init`` as ``attacker=``
@@ -461,12 +488,15 @@ def run_cohort(init, step, final, model, cfg, stacked, data, slots, clients, tas
 
     ``base_keys`` (E, key data) holds one base key per experiment sharing the call (one for a
     single engine) and ``key_of`` each task's row in it: task ``i``'s key is
-    ``fold_in(base_keys[key_of[i]], task_ids[i])``, the same key whichever call computes it."""
+    ``fold_in(base_keys[key_of[i]], task_ids[i])``, the same key whichever call computes it.
+    ``prox_mus`` (E,) float32: each experiment's FedProx proximal weight, traced (a new mu compiles
+    nothing); task ``i`` trains with ``prox_mus[key_of[i]]`` (eval tasks ignore it); None: 0 for all."""
     def init_task(slot, client, tid, t, which, *attacker):
         params = jax.tree_util.tree_map(lambda s: s[slot], stacked)
         key = jax.random.fold_in(jax.random.wrap_key_data(base_keys[which]), tid)
         flag = {"attacker": attacker[0]} if attacker else {}
-        return init(model, cfg, params, data, client, key, t, **flag)
+        mu = 0.0 if prox_mus is None else prox_mus[which]
+        return init(model, cfg, params, data, client, key, t, mu, **flag)
 
     return cohort_scan(init_task, lambda ctx, c, s, n: step(model, cfg, data, ctx, c, s, n),
                        lambda ctx, c, n: final(ctx, c, n, scan_len), plan,

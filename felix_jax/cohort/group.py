@@ -114,6 +114,7 @@ class SharedCohort:
                                   counts=jnp.asarray(counts, jnp.int32), input_scale=base.input_scale,
                                   input_mean=base.input_mean, input_std=base.input_std, streams=streams)
         self.keys = jnp.concatenate([e._key_data for e in engines])
+        self.prox_mus = jnp.asarray([e.prox_mu for e in engines], jnp.float32)  # each experiment's FedProx mu
         self.max_tasks_per_call = first.max_tasks_per_call
         self.min_tasks_per_call = first.min_tasks_per_call
         self._chunk = first._chunk
@@ -221,7 +222,7 @@ class SharedCohort:
             clients.append(r.clients + self.offsets[m])
             ids.append(r.task_ids)
             times.append(r.times)
-            lengths.append(r.engine.num_train_steps(r.clients, r.times) if kind == "train"
+            lengths.append(r.engine.train_lengths(r.clients, r.task_ids, r.times) if kind == "train"
                            else r.engine.num_eval_batches(r.clients, r.times))
             key_of.append(np.full(len(r.clients), m, np.int32))
             if attack is not None:  # each task's adversary flag, its client's in its own experiment
@@ -248,7 +249,7 @@ class SharedCohort:
             self._seen.add(shape)
             t0 = time.perf_counter()
             out = jax.block_until_ready(self._jit(kind, cfg, attack)(
-                stores, self.data, *(jnp.asarray(a) for a in args), jnp.asarray(which), self.keys,
+                stores, self.data, *(jnp.asarray(a) for a in args), jnp.asarray(which), self.keys, self.prox_mus,
                 scan_len=scan_len, plan=self.plan, **extra))
             seconds = time.perf_counter() - t0
             members = np.unique(owner[idx])

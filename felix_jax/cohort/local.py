@@ -92,6 +92,7 @@ class TrainContext(NamedTuple):
     k_order: jax.Array  # batch-order key
     k_augment: jax.Array  # augmentation key
     labels: jax.Array | None  # streams: the label at each row position (else None: the data set's)
+    mu: jax.Array  # () float32: FedProx's proximal weight (0: plain local SGD), traced: no recompile per mu
 
 
 class TrainCarry(NamedTuple):
@@ -102,7 +103,7 @@ class TrainCarry(NamedTuple):
 
 
 def train_init(model: Model, cfg: LocalTrainConfig, params: Params, data: FederatedData, client: jax.Array,
-               key: jax.Array, t_s: jax.Array | None = None,
+               key: jax.Array, t_s: jax.Array | None = None, mu: jax.Array | float = 0.0,
                relabel: Callable[[jax.Array], jax.Array] | None = None) -> tuple[TrainContext, TrainCarry]:
     """Task setup: the client's row, its keys, and the optimizer state.
 
@@ -112,13 +113,15 @@ def train_init(model: Model, cfg: LocalTrainConfig, params: Params, data: Federa
     would rank clients refreshed by eval tasks below those that just trained).
     Without augmentation (or with ``utility_on_augmented``, the FeLiX code's way) the first step's
     own losses are those statistics.
-    With client streams the task trains on what its client holds at ``t_s`` (its start).
+    With client streams the task trains on what its client holds at ``t_s`` (its start). ``mu``: the
+    proximal weight of FedProx's local objective (:func:`train_step`).
     """
     row, count, labels = client_data(data, client, t_s)
     if relabel is not None:  # the labels an adversarial client trains on (cohort/adversary.py), per row position
         labels = relabel(data.y[row] if labels is None else labels)
     k_order, k_augment = jax.random.split(key)
-    ctx = TrainContext(params, row, count, cfg.steps_per_epoch(count), k_order, k_augment, labels)
+    ctx = TrainContext(params, row, count, cfg.steps_per_epoch(count), k_order, k_augment, labels,
+                       jnp.asarray(mu, jnp.float32))
     first = LossStats.zeros()
     if cfg.augment and not cfg.utility_on_augmented:
         width = data.index_table.shape[1]
@@ -131,7 +134,13 @@ def train_init(model: Model, cfg: LocalTrainConfig, params: Params, data: Federa
 
 def train_step(model: Model, cfg: LocalTrainConfig, data: FederatedData, ctx: TrainContext, carry: TrainCarry,
                s: jax.Array, num_steps: jax.Array) -> TrainCarry:
-    """Local step ``s``; a no-op (bit for bit) when ``s >= num_steps``."""
+    """Local step ``s``; a no-op (bit for bit) when ``s >= num_steps``.
+
+    The step descends FedProx's local objective ``h_k(w) = F_k(w) + mu/2 ||w - w_start||^2`` (Li et al.,
+    MLSys 2020, Eq. 2): the gradient of the data loss plus ``mu (w - w_start)``, through the client's
+    optimizer. The losses reported (utility, ``all_steps``) are ``F_k``'s alone. With ``mu = 0`` the added
+    term is an exact zero, so the step is plain local SGD's.
+    """
     opt = cfg.optimizer()
     width = data.index_table.shape[1]
     positions, valid = batch_positions(ctx.k_order, s, ctx.count, ctx.steps_per_epoch, cfg.batch_size, width)
@@ -146,6 +155,8 @@ def train_step(model: Model, cfg: LocalTrainConfig, data: FederatedData, ctx: Tr
         return _masked_mean(losses, valid), losses
 
     (_, losses), grads = jax.value_and_grad(loss_fn, has_aux=True)(carry.params)
+    grads = jax.tree_util.tree_map(lambda g, p, w0: g + (ctx.mu * (p - w0)).astype(g.dtype), grads, carry.params,
+                                   ctx.start)
     updates, new_opt_state = opt.update(grads, carry.opt_state, carry.params)
     new_params = jax.tree_util.tree_map(lambda a, u: a + u, carry.params, updates)
     active = s < num_steps
@@ -167,13 +178,15 @@ def train_final(ctx: TrainContext, carry: TrainCarry, num_steps: jax.Array, max_
 
 
 def local_train(model: Model, cfg: LocalTrainConfig, max_steps: int, params: Params, data: FederatedData,
-                client: jax.Array, key: jax.Array, num_steps: jax.Array, t_s: jax.Array | None = None) -> TrainResult:
-    """Trains one client from ``params`` for ``num_steps`` (<= ``max_steps``) SGD steps.
+                client: jax.Array, key: jax.Array, num_steps: jax.Array, t_s: jax.Array | None = None,
+                mu: jax.Array | float = 0.0) -> TrainResult:
+    """Trains one client from ``params`` for ``num_steps`` (<= ``max_steps``) SGD steps (with FedProx's
+    proximal weight ``mu``, :func:`train_step`).
 
     The reference composition of ``train_init`` / ``train_step`` / ``train_final``;
     the cohort engine runs the same three pieces with the step scan outside vmap.
     """
-    ctx, carry = train_init(model, cfg, params, data, client, key, t_s)
+    ctx, carry = train_init(model, cfg, params, data, client, key, t_s, mu)
     carry, _ = jax.lax.scan(lambda c, s: (train_step(model, cfg, data, ctx, c, s, num_steps), None), carry,
                             jnp.arange(max_steps))
     return train_final(ctx, carry, num_steps, max_steps)
@@ -193,8 +206,9 @@ class EvalCarry(NamedTuple):
 
 
 def eval_init(model: Model, cfg: LocalEvalConfig, params: Params, data: FederatedData, client: jax.Array,
-              key: jax.Array, t_s: jax.Array | None = None) -> tuple[EvalContext, EvalCarry]:
-    del model, cfg
+              key: jax.Array, t_s: jax.Array | None = None, mu: jax.Array | float | None = None
+              ) -> tuple[EvalContext, EvalCarry]:
+    del model, cfg, mu  # mu: the cohort call's proximal weight, which a forward pass does not use
     row, count, labels = client_data(data, client, t_s)
     perm = _epoch_permutation(key, count, data.index_table.shape[1])
     return EvalContext(params, row, count, perm, labels), EvalCarry(LossStats.zeros(), jnp.zeros((), jnp.float32))
