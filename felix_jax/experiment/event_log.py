@@ -12,6 +12,8 @@ Rows (:data:`EVENT_COLUMNS`):
 * ``reply``: the server processed the task's reply (``staleness``: rounds behind, training);
 * ``timeout``: the server's timer fired with no reply; ``detached``: the task left the in-flight
   set at its client's departure (TierTrack, or an oracle freeing the slot);
+* ``partial``: its client left and the task sends the update of the local steps it finished
+  (``interruption=partial``, FedProx): ``staleness`` holds that number of steps;
 * ``aggregated``: an update entered an aggregation with ``weight`` (its aggregator's relative
   weight); ``aggregation``: a new model ``version`` (client -1).
 

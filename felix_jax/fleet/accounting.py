@@ -49,6 +49,9 @@ class Accounting:
     model_steps: int = 0
     interrupted_tasks: int = 0
     abandoned_tasks: int = 0
+    # interruption=partial: training tasks cut short by their client's departure that send the update of
+    # the steps they finished (those with none are abandoned_tasks)
+    partial_updates: int = 0
     timeouts: int = 0
     detached_tasks: int = 0  # left the in-flight set at the client's departure (TierTrack, or oracle free_slot)
     # the eval tier at work (FeLiX's eval selector): eval tasks by the client's tier at dispatch

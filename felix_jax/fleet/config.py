@@ -9,6 +9,7 @@ from typing import Literal
 from .knowledge import Knowledge
 from .lifecycle import Interruption
 from .reading import Reading
+from .server_optimizer import SERVER_OPTIMIZERS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,7 +27,13 @@ class FleetConfig:
     utility_from: Literal["first_batch", "all_steps"] = "first_batch"  # FeLiX code: first batch of 32
     control_message_bytes: int = 64  # one TierTrack notification
     sees_eval_tier: bool = False  # strategies with an eval selector may use AVL_EVAL clients
-    server_optimizer: str = "sgd"  # sgd (w + eta * aggregate) | adam (FedAdam) | yogi (FedYogi)
+    # sgd (w + eta * aggregate) | momentum (FedAvgM) | adagrad (FedAdagrad) | adam (FedAdam) | yogi (FedYogi):
+    # fleet/server_optimizer.py
+    server_optimizer: str = "sgd"
+    server_momentum: float = 0.9  # FedAvgM's beta; FedAdagrad's / FedAdam's / FedYogi's beta_1 (Reddi et al., Alg. 2)
+    server_tau: float = 1e-3  # the adaptivity tau of FedAdagrad / FedAdam / FedYogi (Reddi et al., Alg. 2)
+    # FedProx's proximal weight mu: every client trains on F_k(w) + mu/2 ||w - w_start||^2 (cohort/local.py)
+    prox_mu: float = 0.0
     # What an oracle server does when the client of a running task leaves its tier (the trace says so):
     # "keep_slot" (default): nothing until the reply or the timeout. The paper defines oracle TraceAvail
     # as prior knowledge of the traces, used to pick clients that are available; its Fig. 12 credits
@@ -50,8 +57,15 @@ class FleetConfig:
             raise ValueError("concurrency must be >= 1")
         if self.overcommit < 1.0:
             raise ValueError("overcommit must be >= 1")
-        if self.server_optimizer not in ("sgd", "adam", "yogi"):
-            raise ValueError(f"server_optimizer must be sgd, adam or yogi, got {self.server_optimizer!r}")
+        if self.server_optimizer not in SERVER_OPTIMIZERS:
+            raise ValueError(f"server_optimizer must be one of {', '.join(SERVER_OPTIMIZERS)}, "
+                             f"got {self.server_optimizer!r}")
+        if not 0 <= self.server_momentum < 1:
+            raise ValueError(f"server_momentum must be in [0, 1), got {self.server_momentum!r}")
+        if not (self.server_tau > 0 and math.isfinite(self.server_tau)):
+            raise ValueError(f"server_tau must be a finite number > 0, got {self.server_tau!r}")
+        if not (self.prox_mu >= 0 and math.isfinite(self.prox_mu)):
+            raise ValueError(f"prox_mu must be a finite number >= 0, got {self.prox_mu!r}")
         if not (self.timeout_s > 0 or math.isinf(self.timeout_s)):
             raise ValueError("timeout_s must be > 0 (or inf)")
         if self.oracle_departure not in ("keep_slot", "free_slot"):

@@ -4,9 +4,9 @@ The simulator logs some rows ahead of their time (a task's future start, its cli
 and return are known at its dispatch), yet ``events.csv`` is in time order, ties in the order
 they were logged (docs/results.md). A row is therefore *released* only once the clock has
 reached its time: a row logged ahead waits in a heap keyed by (time, order logged), at most
-three a task in flight. Released rows collect in a chunk of at most ``chunk_rows`` rows, then
-are appended to the file and flushed to the operating system: a run killed at any moment
-(``kill -9`` included) holds every row up to its last written chunk.
+four a task in flight (start, leave, return, partial). Released rows collect in a chunk of at most
+``chunk_rows`` rows, then are appended to the file and flushed to the operating system: a run killed
+at any moment (``kill -9`` included) holds every row up to its last written chunk.
 
 Why the order comes out right: every row is logged at a time no earlier than the clock's, and the
 clock never goes back while the run goes on. So once the clock is at ``now``, no row logged later
@@ -147,7 +147,7 @@ class EventStream:
 
     @property
     def waiting(self) -> int:
-        """Rows held for a later time (at most three a task in flight)."""
+        """Rows held for a later time (at most four a task in flight)."""
         return len(self._waiting)
 
     # ------------------------------------------------------ marks, snapshots

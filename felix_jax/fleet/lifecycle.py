@@ -10,7 +10,10 @@ allowed tier, then runs to completion even if the client leaves meanwhile (it is
 never pre-empted; ``first_stop_s`` still records when the client left, which a
 TierTrack server is told about). ``run_to_end_hold`` is the FeLiX code with client notifications on
 (HT:303-317): as ``run_to_end``, but a finished update is held while the client is UN_AVL and sent
-when it is back (in AVL_TRAIN or AVL_EVAL).
+when it is back (in AVL_TRAIN or AVL_EVAL). ``partial`` is FedProx's acceptance of partial work
+(Li et al., MLSys 2020, Sec. 3: a device may solve its local problem inexactly): when the client
+leaves, the task stops and its client sends the update of the local steps it finished
+(:func:`partial_work` says how many, and when the update arrives).
 Because a task's *result* depends only on (start model, client data, key), the
 timeline is computed once at dispatch and only decides *when* things happen.
 """
@@ -32,6 +35,7 @@ class Interruption(str, enum.Enum):
     ABANDON = "abandon"
     RUN_TO_END = "run_to_end"
     RUN_TO_END_HOLD = "run_to_end_hold"
+    PARTIAL = "partial"
 
 
 class UnsettledTaskError(RuntimeError):
@@ -57,6 +61,9 @@ class Timeline:
     first_stop_s: float  # first interruption (inf if none)
     interruptions: int
     abandoned: bool = False
+    # partial: seconds the task had run when its client left (inf: it was not cut short); its finish_s is
+    # then that departure, before partial_work adds the upload
+    worked_s: float = math.inf
 
 
 def task_timeline(trace: AvailabilityTrace, client: int, t0: float, work_s: float, allowed: frozenset[int],
@@ -87,6 +94,8 @@ def task_timeline(trace: AvailabilityTrace, client: int, t0: float, work_s: floa
                 first_stop = min(first_stop, nt)
                 if policy is Interruption.ABANDON:
                     return Timeline(start, math.inf, first_stop, interruptions, abandoned=True)
+                if policy is Interruption.PARTIAL:
+                    return Timeline(start, nt, first_stop, interruptions, worked_s=float(work_s) - remaining + (nt - t))
                 remaining = float(work_s) if policy is Interruption.RESTART else remaining - (nt - t)
             else:
                 remaining -= nt - t
@@ -94,6 +103,37 @@ def task_timeline(trace: AvailabilityTrace, client: int, t0: float, work_s: floa
             return Timeline(start, math.inf, first_stop, interruptions)
         t, state = nt, ns
     raise _unsettled(client, t0, work_s, max_changes)
+
+
+def partial_work(timeline: Timeline, num_steps: int, download_s: float, compute_s: float,
+                 upload_s: float) -> tuple[Timeline, int]:
+    """What a task cut short by its client's departure (``interruption=partial``) sends, and when.
+
+    A training task runs its three phases back to back: the download (``download_s``), the local
+    computation (``compute_s``: the profile's per-task delay and per-sample cost, and any reading
+    overhead) and the upload. Its ``num_steps`` local steps share the computation evenly, so step
+    ``i`` (1-based) is done ``download_s + i * compute_s / num_steps`` seconds into the task's running
+    time. Cut after ``worked_s`` seconds (``timeline.worked_s``), it has finished
+    ``k = floor((worked_s - download_s) * num_steps / compute_s)`` steps, clipped to
+    ``[0, num_steps]`` (all of them if the computation takes no time and the download is done). Its
+    client then uploads the update of those ``k`` steps, which reaches the server ``upload_s`` after
+    the departure (a full update if it left while uploading: it starts the upload again). With
+    ``k = 0`` there is nothing to send: the task is abandoned, as under ``abandon``.
+
+    Returns the task's timeline (its finish the update's arrival, or abandoned) and ``k``. A timeline
+    that was not cut short comes back as it is, with ``num_steps``.
+    """
+    if not math.isfinite(timeline.worked_s):
+        return timeline, num_steps
+    computed = timeline.worked_s - download_s
+    if compute_s > 0:
+        done = math.floor(computed * num_steps / compute_s + 1e-9)  # 1e-9: a departure exactly at a step's end
+    else:
+        done = num_steps if computed >= 0 else 0
+    done = min(max(done, 0), num_steps)
+    if done == 0:
+        return dataclasses.replace(timeline, finish_s=math.inf, abandoned=True), 0
+    return dataclasses.replace(timeline, finish_s=timeline.finish_s + upload_s), done
 
 
 def first_leave(trace: AvailabilityTrace, client: int, t: float, until: float, allowed: frozenset[int]) -> float:

@@ -36,7 +36,7 @@ from .event_stream import EventStream
 from .events import EventKind, EventQueue
 from .executor import EvalOutcome, LazyExecutor
 from .knowledge import Knowledge, ViewTracker
-from .lifecycle import first_leave, first_return, task_timeline
+from .lifecycle import Interruption, Timeline, first_leave, first_return, partial_work, task_timeline
 from .records import Checkpoint, Update  # noqa: F401  (importable from here, as before)
 from .server_optimizer import make_server_optimizer, server_step, weighted_mean_delta
 from .snapshot import SnapshotPolicy, load_snapshot, save_snapshot
@@ -158,7 +158,8 @@ class FleetSimulator:
         self.event_stream: EventStream | None = None
         self._restored_event_log: dict | None = None  # a snapshot's streamed log, until stream_events
         self.params = init_params
-        self.server_opt = make_server_optimizer(config.server_optimizer, aggregator.server_lr)
+        self.server_opt = make_server_optimizer(config.server_optimizer, aggregator.server_lr, config.server_momentum,
+                                                config.server_tau)
         self.server_opt_state = self.server_opt.init(init_params)
         self.version = 0
         # memory: the run's memory budget (cohort/budget.py); None: every pending task computed at each flush
@@ -315,6 +316,9 @@ class FleetSimulator:
             raise RuntimeError("restore() comes before stream_events(): the snapshot says where the log resumes")
         load_snapshot(self, path)
         self._in_flight_n = None  # recounted from the restored tasks
+        for task in self.tasks.values():  # partial updates still to compute run the steps they finished
+            if task.steps is not None and task.steps < task.full_steps:
+                self.engine.set_step_limit(task.task_id, task.steps)
         self._started = True
         self._settled = self._events
         self._snapshot_version = self.version
@@ -436,11 +440,23 @@ class FleetSimulator:
             else:
                 self.acct.evals_on_avl_train += 1
         starts = max(self.now, float(self._client_free_at[client])) if self._queues_busy else self.now
-        timeline = task_timeline(self.client_trace, client, starts, work, allowed, self.cfg.interruption,
+        policy = self.cfg.interruption
+        if kind == "eval" and policy is Interruption.PARTIAL:
+            policy = Interruption.ABANDON  # a forward pass cut short has no partial result worth sending
+        timeline = task_timeline(self.client_trace, client, starts, work, allowed, policy,
                                  horizon_s=self.stop.max_virtual_s)
+        steps = full_steps = None
+        if math.isfinite(timeline.worked_s):  # interruption=partial: cut short by its client's departure
+            timeline, steps, full_steps = self._partial(client, timeline, work)
         if self._queues_busy:
             self._client_free_at[client] = timeline.finish_s
         task = Task(tid, client, kind, self.version, self.round, self.now, work, timeline)
+        sends_partial = bool(steps)  # a partial update is on its way (none: the task was abandoned at once)
+        if sends_partial:
+            task.steps, task.full_steps = steps, full_steps
+            if steps < full_steps:
+                self.engine.set_step_limit(tid, steps)
+            self.acct.partial_updates += 1
         if self.engine.streams is not None and kind == "train":
             task.label_time_s, task.proxy_fraction = self.engine.streams.label_report(client, self.now)
         self._log(self.now, "dispatch", client, kind, self.version)
@@ -454,6 +470,8 @@ class FleetSimulator:
             back = first_return(self.client_trace, client, timeline.first_stop_s, timeline.finish_s, allowed)
             if math.isfinite(back):
                 self._log(back, "return", client, kind, self.version)
+        if sends_partial:  # the steps its update holds, in the staleness column (event_log.py)
+            self._log(timeline.first_stop_s, "partial", client, kind, self.version, steps)
         self.tasks[tid] = task
         if self._in_flight_n is not None:
             self._in_flight_n[kind] = self._in_flight_n.get(kind, 0) + 1
@@ -470,10 +488,22 @@ class FleetSimulator:
         if self.client_trace is not self.trace and self.cfg.detaches_on_departure:
             # clients that never leave: the oracle frees the slot when the run's trace says the client left
             left_s = first_leave(self.trace, client, self.now, timeline.finish_s, allowed)
-        if self.cfg.detaches_on_departure and math.isfinite(left_s):
+        if self.cfg.detaches_on_departure and math.isfinite(left_s) and not sends_partial:
+            # a partial update's departure is its reply: the task keeps its slot until it arrives
             self.queue.push(left_s, EventKind.CLIENT_LEFT, tid)
         if math.isfinite(self.cfg.timeout_s):
             self.queue.push_timer(self.now + self.cfg.timeout_s, EventKind.TIMEOUT, tid)  # a reply withdraws it
+
+    def _partial(self, client: int, timeline: Timeline, work_s: float) -> tuple[Timeline, int, int]:
+        """A training task cut short by its client's departure (``interruption=partial``): its timeline
+        with the partial update's arrival (or abandoned, with no step done), the steps that update holds,
+        and the steps the whole task has (:func:`~.lifecycle.partial_work`: download, computation and
+        upload from the device profile; the computation is the rest of the task's ``work_s``)."""
+        cl, mb = np.array([client]), self.model.bytes_on_wire
+        down, up = float(self.profile.download_s(cl, mb)[0]), float(self.profile.upload_s(cl, mb)[0])
+        full = int(self.engine.num_train_steps(cl, np.array([self.now]))[0])
+        timeline, steps = partial_work(timeline, full, down, work_s - down - up, up)
+        return timeline, steps, full
 
     def _log(self, t: float, event: str, client: int, kind: str, version: int, staleness: int = -1,
              weight: float | None = None) -> None:
@@ -550,6 +580,8 @@ class FleetSimulator:
         if self.cfg.knowledge is Knowledge.NONE:
             self.view.set_tier(c, Tier.AVL_TRAIN, self.now)  # a reply proves the client is there
         outcome = self.executor.result(tid)
+        if task.steps is not None:
+            self.engine.set_step_limit(tid, None)  # its result is taken: never computed again
         reading, n = self.reading, self.view.num_samples[c]
         self._log(self.now, "reply", c, task.kind, task.version, self.version - task.version if task.kind == "train"
                   else -1)
@@ -664,6 +696,9 @@ class FleetSimulator:
             delta_norms=np.asarray(norms, np.float64),
             label_time_s=np.array([u.task.label_time_s for u in updates], np.float64),
             proxy_fraction=np.array([u.task.proxy_fraction for u in updates], np.float64),
+            start_loss=np.array([o.first_batch.sum / max(o.first_batch.count, 1.0) for o in outcomes], np.float64),
+            work_fraction=np.array([1.0 if u.task.steps is None else u.task.steps / max(u.task.full_steps, 1)
+                                    for u in updates], np.float64),
         )
         weights = np.zeros(len(updates), np.float64)
         if keep.any():

@@ -24,3 +24,7 @@ class Task:
     # its samples with proxy labels (static data: 0, 0)
     label_time_s: float = 0.0
     proxy_fraction: float = 0.0
+    # interruption=partial: the local steps the task's update holds when its client left before the rest
+    # (lifecycle.partial_work), of the full_steps its client would have run; None: all of them
+    steps: int | None = None
+    full_steps: int = 0

@@ -23,6 +23,8 @@ from .deltas import DeltaBound, clip_or_normalize_deltas, update_norms
 from .fedasync import FedAsyncConfig, StalenessFunction, make_fedasync
 from .fedavg import FedAvgConfig, make_fedavg
 from .fedbuff import FEDSCALE_MAX_STALENESS, FedBuffConfig, fedbuff_weight, make_fedbuff
+from .fedprox import FedProxConfig, make_fedprox
+from .qfedavg import QFedAvgConfig, make_qfedavg, qfedavg_weights
 from .refl_saa import REFLBufferInfo, REFLSAAConfig, make_refl_saa, relative_change
 from .robust import (MedianConfig, TrimmedMeanConfig, make_median, make_trimmed_mean, median_update,
                      trimmed_mean_update)
@@ -36,6 +38,8 @@ AGGREGATORS: dict[str, Callable[..., Aggregator]] = {
     "tierfuse": make_tierfuse,
     "trimmed-mean": make_trimmed_mean,
     "median": make_median,
+    "fedprox": make_fedprox,
+    "qfedavg": make_qfedavg,
     "krum": make_krum,
     "multi-krum": make_multi_krum,
     "bulyan": make_bulyan,
@@ -50,6 +54,8 @@ AGGREGATOR_OPTIONS: dict[str, OptionSpec] = {
     "tierfuse": OptionSpec(TierFuseConfig, {"paper": TierFuseConfig, "code": TierFuseConfig.felix_code}),
     "trimmed-mean": OptionSpec(TrimmedMeanConfig),
     "median": OptionSpec(MedianConfig),
+    "fedprox": OptionSpec(FedProxConfig),
+    "qfedavg": OptionSpec(QFedAvgConfig),
     "krum": OptionSpec(KrumConfig),
     "multi-krum": OptionSpec(MultiKrumConfig),
     "bulyan": OptionSpec(BulyanConfig),
@@ -90,6 +96,7 @@ def make_aggregator(name: str, config=None, **options) -> Aggregator:
 
 
 __all__ = [
+    "FedProxConfig", "QFedAvgConfig", "make_fedprox", "make_qfedavg", "qfedavg_weights",
     "AGGREGATORS", "AGGREGATOR_OPTIONS", "aggregator_config", "Aggregator", "BufferInfo", "BulyanConfig", "DeltaBound",
     "FEDSCALE_MAX_STALENESS", "FedAsyncConfig", "FedAvgConfig", "FedBuffConfig", "KrumConfig", "MedianConfig",
     "MultiKrumConfig", "REFLBufferInfo", "REFLSAAConfig",

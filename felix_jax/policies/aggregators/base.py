@@ -37,6 +37,12 @@ class BufferInfo(NamedTuple):
     # ground truth" against "stale". None where a caller does not provide them.
     label_time_s: np.ndarray | None = None
     proxy_fraction: np.ndarray | None = None
+    # the task's mean loss at its start model, F_k(w^t), over its first batch (the loss before any step,
+    # as Oort's utility probe measures it): q-FedAvg's F_k. None where a caller does not provide it.
+    start_loss: np.ndarray | None = None
+    # the share of its local steps each update holds: 1 for a complete one, k/K for a partial update
+    # (interruption=partial, fleet/lifecycle.py). None where a caller does not provide it (all complete).
+    work_fraction: np.ndarray | None = None
 
 
 class Aggregator(NamedTuple):
