@@ -101,7 +101,8 @@ def test_make_aggregator_and_make_selector_take_config_options():
     ("selector.variant", "oort2", "selector.variant='oort2': known variants are"),
     ("aggregator.utility_signal", "x", "aggregator.utility_signal='x': allowed values are utility, mean_loss"),
     ("eval_selector.min_age", "-1", "eval_selector.min_age=-1: must be in [0, 9223372036854775807]"),
-    ("interruption", "pause", "interruption='pause': must be resume, restart, abandon, run_to_end or run_to_end_hold"),
+    ("interruption", "pause",
+     "interruption='pause': must be resume, restart, abandon, run_to_end, run_to_end_hold or partial"),
 ])
 def test_a_bad_option_is_one_line_naming_the_key(key, value, says):
     with pytest.raises(OptionError) as e:

@@ -80,7 +80,8 @@ def build_simulator(sc: Scenario, on_checkpoint=None, on_partition=None) -> Flee
     adversaries = None if adversary is None else make_adversaries(adversary, sc.num_clients, ds.num_classes, sc.seed)
     engine = CohortEngine(model, data, train_cfg, eval_cfg, seed=sc.seed, plan=sc.plan, devices=sc.devices,
                           streams=streams, no_step=reference_zero_step(sc, reading.small_clients),
-                          adversaries=adversaries)
+                          adversaries=adversaries,
+                          prox_mu=fleet_config(sc, strategy).prox_mu)
     trace = make_trace(sc.availability, sc.num_clients, int(seeds[1].generate_state(1)[0]), sc.slot_s,
                        sc.max_virtual_hours * 3600, start_s=sc.trace_start_s, speedup=sc.trace_speedup,
                        form=sc.trace_form)

@@ -21,13 +21,16 @@ if TYPE_CHECKING:
 def fleet_config(sc: Scenario, strategy) -> FleetConfig:
     """How the server runs, from the scenario and its strategy (config.json's ``fleet``): the reading's
     switches resolved for the strategy; its ``interruption`` and ``oracle_departure``, where set, over
-    the scenario's fields of the same names."""
+    the scenario's fields of the same names; ``interruption``, ``server_optimizer`` and ``prox_mu`` the
+    scenario leaves unset (none) are the strategy's own (``Strategy.fleet_options``)."""
     reading = sc.resolve_reading().resolved(strategy.mode, strategy.knowledge)
     return FleetConfig(mode=strategy.mode, knowledge=strategy.knowledge, concurrency=sc.concurrency,
                        aggregation_goal=sc.aggregation_goal, overcommit=sc.overcommit, timeout_s=sc.timeout_s,
-                       interruption=reading.interruption or sc.interruption,
+                       interruption=reading.interruption or strategy.fleet_option("interruption", sc.interruption),
                        sees_eval_tier=strategy.eval_selector is not None,
-                       server_optimizer=sc.server_optimizer, timeout_frees_slot=sc.timeout_frees_slot,
+                       server_optimizer=strategy.fleet_option("server_optimizer", sc.server_optimizer),
+                       server_momentum=sc.server_momentum, server_tau=sc.server_tau,
+                       prox_mu=strategy.fleet_option("prox_mu", sc.prox_mu), timeout_frees_slot=sc.timeout_frees_slot,
                        utility_from=sc.utility_from, oracle_departure=reading.oracle_departure or sc.oracle_departure,
                        reading=reading)
 

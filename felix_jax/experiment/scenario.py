@@ -82,7 +82,11 @@ class Scenario:
     concurrency: int = 10
     aggregation_goal: int = 5
     overcommit: float = 1.3
-    server_optimizer: str = "sgd"  # sgd | adam (FedAdam) | yogi (FedYogi), optax transformations (eta: aggregator.server_lr)
+    # sgd | momentum (FedAvgM) | adagrad (FedAdagrad) | adam (FedAdam) | yogi (FedYogi), optax transformations
+    # (eta: aggregator.server_lr); none: the strategy's own (fedavgm, fedadagrad), else sgd
+    server_optimizer: str | None = None
+    server_momentum: float = 0.9  # FedAvgM's beta; beta_1 of FedAdagrad / FedAdam / FedYogi
+    server_tau: float = 1e-3  # the adaptivity tau of FedAdagrad / FedAdam / FedYogi
     timeout_s: float = 90.0  # the server's timer per task; inf disables it
     timeout_frees_slot: bool = False  # async: a timed-out task frees its slot (FeLiX code: the slot stays taken)
     # oracle knowledge, a client leaving mid-task: keep_slot (the task holds its slot until its reply or
@@ -90,8 +94,13 @@ class Scenario:
     # knowing the trace, frees the slot at the departure and refills it, as TierTrack does)
     oracle_departure: str = "keep_slot"
     # task lifecycle when the client leaves the tier: resume (paper: checkpoint and resume) | restart | abandon |
-    # run_to_end (FeLiX code: a trainer waits for AVL_TRAIN before starting, then is never pre-empted)
-    interruption: str = "resume"
+    # run_to_end (FeLiX code: a trainer waits for AVL_TRAIN before starting, then is never pre-empted) |
+    # partial (FedProx: the client sends the update of the steps it finished); none: the strategy's own
+    # (partial for fedprox, fedprox-async), else resume
+    interruption: str | None = None
+    # FedProx's proximal weight: clients train on F_k(w) + prox_mu/2 ||w - w_start||^2; none: the strategy's
+    # own (0.01 for fedprox, fedprox-async), else 0
+    prox_mu: float | None = None
     utility_from: str = "first_batch"  # statistical utility from the first batch (code) | all_steps
     # which reading of the paper runs (felix_jax/fleet/reading.py, docs/readings.md): paper (its text) |
     # paper_code (the authors' code as it ran for the paper); reading.KEY=V flips one switch on top of it
@@ -221,7 +230,7 @@ class Scenario:
     def resolve_strategy(self):
         """The strategy with its policies' configs for this scenario (``ResolvedStrategy``): the
         strategy's defaults, then the reading's Oort switches (for Oort selectors run as the FeLiX
-        code's variant), then the scenario's own options."""
+        code's variant) and q-FedAvg's ``lipschitz = 1 / learning_rate``, then the scenario's own options."""
         from ..plugins import load_plugins
         from .strategies import component_names, get_strategy, resolve_strategy, with_components
 
@@ -233,7 +242,10 @@ class Scenario:
             selector = dict(self.selector)
             if st.selector == "oort" and "variant" not in st.selector_options and "variant" not in selector:
                 selector = {**self.resolve_reading().selector_options(st.mode), **selector}
-            return resolve_strategy(self.strategy, selector, self.eval_selector, self.aggregator)
+            aggregator = dict(self.aggregator)
+            if st.aggregator == "qfedavg" and aggregator.get("lipschitz") in (None, "none", "null"):
+                aggregator["lipschitz"] = 1.0 / self.learning_rate  # q-FFL's L = 1/eta (aggregators/qfedavg.py)
+            return resolve_strategy(self.strategy, selector, self.eval_selector, aggregator)
         except KeyError as e:
             raise OptionError(f"strategy={self.strategy!r}: {e.args[0]}") from None
 
@@ -355,11 +367,17 @@ FIELD_HELP: dict[str, str] = {
     "concurrency": "async: training tasks kept in flight (c)",
     "aggregation_goal": "updates per aggregation (K)",
     "overcommit": "sync: a round selects int(overcommit * K) clients",
-    "server_optimizer": "server step: sgd (w + eta * aggregate), adam (FedAdam) or yogi (FedYogi)",
+    "server_optimizer": "server step: sgd (w + eta * aggregate), momentum (FedAvgM), adagrad (FedAdagrad), adam "
+                        "(FedAdam) or yogi (FedYogi); none: the strategy's own, else sgd",
+    "server_momentum": "FedAvgM's server momentum beta (v <- beta v + Delta); beta_1 of adagrad, adam and yogi",
+    "server_tau": "the adaptivity tau of adagrad, adam and yogi (w + eta m / (sqrt(v) + tau))",
     "timeout_s": "the server's timer per task in seconds (inf: none)",
     "timeout_frees_slot": "async: a timed-out task frees its slot (FeLiX code: the slot stays taken)",
     "oracle_departure": "oracle knowledge, a client leaving mid-task: keep_slot (until reply/timeout) or free_slot",
-    "interruption": "a task whose client leaves its tier: resume, restart, abandon, or run_to_end",
+    "interruption": "a task whose client leaves its tier: resume, restart, abandon, run_to_end, or partial (the "
+                    "update of the steps it finished); none: the strategy's own, else resume",
+    "prox_mu": "FedProx's proximal weight mu (clients train on F_k + mu/2 ||w - w_start||^2); none: the "
+               "strategy's own, else 0",
     "utility_from": "statistical utility from the first batch (FeLiX code) or all local steps",
     "semantics": "reading of the paper: paper (its text) or paper_code (the authors' code as it ran; docs/readings.md)",
     "reading": "switches of the reading, over semantics (reading.KEY=V; run --list: reading switches)",
@@ -481,10 +499,14 @@ _CHECKS: tuple[tuple[str, typing.Callable[[typing.Any], bool], str], ...] = (
     ("concurrency", lambda v: v >= 1, ">= 1"),
     ("aggregation_goal", lambda v: v >= 1, ">= 1"),
     ("overcommit", lambda v: v >= 1 and math.isfinite(v), "a finite number >= 1"),
-    ("server_optimizer", lambda v: v in ("sgd", "adam", "yogi"), "sgd, adam or yogi"),
+    ("server_optimizer", lambda v: v in ("sgd", "momentum", "adagrad", "adam", "yogi"),
+     "sgd, momentum, adagrad, adam or yogi (or none: the strategy's own)"),
+    ("server_momentum", lambda v: 0 <= v < 1, "in [0, 1)"),
+    ("server_tau", lambda v: _positive(v) and math.isfinite(v), "a finite number > 0"),
+    ("prox_mu", lambda v: v >= 0 and math.isfinite(v), "a finite number >= 0 (or none: the strategy's own)"),
     ("timeout_s", lambda v: v > 0, "> 0 seconds (inf disables the timer)"),
-    ("interruption", lambda v: v in ("resume", "restart", "abandon", "run_to_end", "run_to_end_hold"),
-     "resume, restart, abandon, run_to_end or run_to_end_hold"),
+    ("interruption", lambda v: v in ("resume", "restart", "abandon", "run_to_end", "run_to_end_hold", "partial"),
+     "resume, restart, abandon, run_to_end, run_to_end_hold or partial (or none: the strategy's own)"),
     ("semantics", lambda v: v in ("paper", "paper_code"), "paper or paper_code"),
     ("utility_from", lambda v: v in ("first_batch", "all_steps"), "first_batch or all_steps"),
     ("oracle_departure", lambda v: v in ("keep_slot", "free_slot"), "keep_slot or free_slot"),

@@ -22,6 +22,10 @@ component starts from its own defaults (the strategy's options were the old one'
 the scenario's options for it are checked against it. The strategy then records what
 it replaced (``swapped``) and is named by its :attr:`Strategy.label`,
 ``felix[aggregator=median]``.
+
+A strategy may also set the fleet's ``interruption``, ``server_optimizer`` and ``prox_mu``
+(``fleet_options``): the values a scenario that leaves those fields unset (none) runs with, e.g.
+FedProx's partial updates and proximal term, FedAvgM's server momentum.
 """
 
 from __future__ import annotations
@@ -36,6 +40,10 @@ from ..options import OptionError, to_json
 from ..policies import aggregator_config, selector_config
 
 COMPONENTS = ("selector", "eval_selector", "aggregator")  # what NAME.name swaps, in the order labels list them
+# scenario fields whose none means "the strategy's own" (Strategy.fleet_options), with the value of a
+# strategy that sets none
+FLEET_OPTIONS: Mapping[str, Any] = MappingProxyType({"interruption": "resume", "server_optimizer": "sgd",
+                                                     "prox_mu": 0.0})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +60,21 @@ class Strategy:
     aggregator_options: Mapping[str, Any] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
     # component -> the strategy's own one that a scenario swapped out (with_components); {}: none swapped
     swapped: Mapping[str, str] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
+    # the strategy's values of scenario fields a scenario leaves unset (none): FLEET_OPTIONS, e.g. FedProx's
+    # {"interruption": "partial", "prox_mu": 0.01} or FedAvgM's {"server_optimizer": "momentum"}
+    fleet_options: Mapping[str, Any] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self):
+        unknown = sorted(set(self.fleet_options) - set(FLEET_OPTIONS))
+        if unknown:
+            raise ValueError(f"strategy {self.name}: fleet_options {unknown} are not among {', '.join(FLEET_OPTIONS)}")
+
+    def fleet_option(self, field: str, scenario_value: Any) -> Any:
+        """A fleet setting: the scenario's ``scenario_value`` where it sets one (not None), else this
+        strategy's own (``fleet_options``), else the setting's default (:data:`FLEET_OPTIONS`)."""
+        if scenario_value is not None:
+            return scenario_value
+        return self.fleet_options.get(field, FLEET_OPTIONS[field])
 
     @property
     def label(self) -> str:
@@ -178,6 +201,7 @@ def _swapped_named(st: Strategy):
 DEFAULT_EVAL_SELECTOR = "tierselect-eval"
 _N, _O, _T = Knowledge.NONE, Knowledge.ORACLE, Knowledge.TIERTRACK
 _FEDSCALE_OORT = MappingProxyType({"variant": "fedscale"})
+_FEDPROX = MappingProxyType({"interruption": "partial", "prox_mu": 0.01})  # FedProx's clients
 _FEDSCALE_OORT_ASYNC = MappingProxyType({"variant": "fedscale_async"})  # explores at one-client refills
 
 STRATEGIES: dict[str, Strategy] = {
@@ -200,6 +224,27 @@ STRATEGIES: dict[str, Strategy] = {
                  "FedAvg: sync rounds of random clients, n_i-weighted average, late updates dropped"),
         Strategy("fedbuff", "async", _N, "random", "fedbuff",
                  "FedBuff: async, random clients, buffer K updates weighted 1/sqrt(1+staleness)"),
+        # the baselines reviewers ask for: client drift, server momentum and adaptivity, fairness
+        Strategy("fedprox", "sync", _N, "random", "fedprox",
+                 "FedProx (Li et al., MLSys 2020): FedAvg's sync rounds, clients on F_k + mu/2 ||w - w_t||^2 "
+                 "(prox_mu 0.01), a client that leaves sends the steps it finished (interruption=partial), "
+                 "n_i-weighted", fleet_options=_FEDPROX),
+        Strategy("fedprox-async", "async", _N, "random", "fedbuff",
+                 "FedProx (Li et al., MLSys 2020) on FedBuff's fleet: async, random clients, the proximal term "
+                 "(prox_mu 0.01) and partial updates, FedBuff's 1/sqrt(1+staleness) weights",
+                 fleet_options=_FEDPROX),
+        Strategy("fedavgm", "sync", _N, "random", "fedavg",
+                 "FedAvgM (Hsu et al., 2019): FedAvg's sync rounds, server momentum v <- beta v + Delta, "
+                 "w <- w + eta v (server_momentum 0.9, eta 1)", fleet_options=MappingProxyType(
+                     {"server_optimizer": "momentum"})),
+        Strategy("fedadagrad", "sync", _N, "random", "fedavg",
+                 "FedAdagrad (Reddi et al., ICLR 2021, Alg. 2): FedAvg's sync rounds, server Adagrad "
+                 "w <- w + eta m / (sqrt(v) + tau) (eta 0.1, server_tau 1e-3, server_momentum 0.9 as beta_1)",
+                 aggregator_options=MappingProxyType({"server_lr": 0.1}),
+                 fleet_options=MappingProxyType({"server_optimizer": "adagrad"})),
+        Strategy("qfedavg", "sync", _N, "random", "qfedavg",
+                 "q-FedAvg (Li et al., ICLR 2020, Alg. 2): sync rounds of random clients, updates weighted by "
+                 "L F_k^q / sum h_k toward fair losses (q 1, L = 1/learning_rate)"),
         # FedBuff at each availability knowledge: an aggregation rule compared with FedBuff at equal knowledge
         Strategy("fedbuff-tiertrack", "async", _T, "random", "fedbuff",
                  "FedBuff with TierTrack availability: random clients among those that told the server they are "
