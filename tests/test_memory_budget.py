@@ -139,7 +139,7 @@ def test_summary_records_the_peak_beside_the_budget_and_a_peak_over_it_warns(tmp
     memory = json.loads((tmp_path / "a" / "summary.json").read_text())["memory"]
     assert memory["memory_budget_gb"] == 40 and 0.05 < memory["peak_rss_gb"] < 40
     assert memory["over_budget"] is False and memory["peak_tolerance"] == 0.10
-    assert memory["besides_mb"]["the jax/XLA runtime (measured)"] > 50  # the process's share, measured
+    assert dict(memory["besides_mb"])["the jax/XLA runtime (measured)"] > 50  # the process's share, measured
     monkeypatch.setattr(runner, "peak_resident_bytes", lambda: int(45 * GB))  # 12.5% over: past the 10%
     runner.run(sc, out_dir=tmp_path / "b", plot=False)
     summary = json.loads((tmp_path / "b" / "summary.json").read_text())

@@ -173,7 +173,8 @@ class MemoryPlan:
                 "max_update_rows": self.max_rows(8), "call_tasks": self.call_tasks, "flush_tasks": self.flush_tasks,
                 "call_mb": None if self.call is None else round(self.call.total / MB, 1),
                 "page_rows": self.page_rows or page_rows_for(self.row_bytes),
-                "besides_mb": {what: round(b / MB, 1) for what, b in self.besides}}
+                # a list of [part, MB]: the parts' names carry numbers (clients, tasks), never keys of a record
+                "besides_mb": [[what, round(b / MB, 1)] for what, b in self.besides]}
 
 
 def peak_warning(peak_bytes: int | None, budget_bytes: int, source: str,
