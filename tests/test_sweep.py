@@ -14,8 +14,10 @@ from felix_jax.experiment import get_preset
 from felix_jax.experiment.runner import build_simulator, run
 from felix_jax.experiment.sweep import BatchCoordinator, SweepJob, plan_batches, run_sweep, share_key
 
-# wall-clock and shared-call statistics: the only summary fields a batch may change
-TIMING = {"host_seconds", "host_ms_per_event", "cohort", "xla_compilations", "batch", "selection_ms_mean"}
+# wall-clock and shared-call statistics, and memory (the process's peak and runtime share, measured): the only
+# summary fields a batch may change
+TIMING = {"host_seconds", "host_ms_per_event", "cohort", "xla_compilations", "batch", "selection_ms_mean",
+          "memory"}
 
 STREAM = {"stream.rate_per_hour": 60.0, "stream.drift": "surge", "stream.surge_classes": [3, 8],
           "stream.surge_new": True, "stream.start_hours": 0.01, "stream.duration_hours": 0.02}
