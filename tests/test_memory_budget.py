@@ -83,8 +83,8 @@ def _parts(message: str) -> tuple[float, list[float]]:
 
 def test_a_budget_that_cannot_hold_the_buffer_is_one_line_before_the_run(tmp_path, capsys):
     with pytest.raises(BudgetError) as caught:
-        build_simulator(get_preset("tiny").with_overrides({**SCALED, "aggregation_goal": 60,
-                                                           "memory_budget_gb": 0.05}))
+        build_simulator(get_preset("tiny").with_overrides({**SCALED, "aggregation_goal": 60, "memory_budget_gb": 0.05,
+                                                           "aggregation_buffer": "always"}))
     message = str(caught.value)
     assert "\n" not in message
     for text in ("concurrency=60", "aggregation_goal=60", "needs at least", "for mlp", "MB an update",

@@ -11,7 +11,9 @@ What the cohort engine and the lazy executor hold on the device (host memory on 
   the compiled program's memory analysis (``Compiled.memory_analysis()``) for this model, local
   training and data shape;
 * an aggregation: the buffer's updates gathered into one array, and a masked copy when the update guard
-  rejects some (two buffers' worth).
+  rejects some (two buffers' worth); or, where the aggregator's weights are per update, a running sum folding
+  the updates in as they arrive, a group at a time (fleet/running_sum.py: the group's rows gathered and the
+  sum, whatever K), plus the rows the update guard's median over the whole buffer holds until it closes.
 
 On a CPU backend the engine's memory is the process's own, and the budget bounds the process's peak
 resident memory: the rest of the process is counted first (``besides``, named parts: the runtime
@@ -144,10 +146,20 @@ class MemoryPlan:
     # refusal and summary.json (experiment/build.py's process_share; empty: the budget is the engine's alone)
     besides: tuple[tuple[str, int], ...] = ()
     page_rows: int | None = None  # the delta store's page (None: its default, page_rows_for)
+    # the aggregation folds its updates into a running sum as they arrive, this many at a time (fleet/running_sum.py;
+    # buffer_rows then counts that group and the updates the guard's median holds); None: it gathers its buffer
+    fold_rows: int | None = None
 
     @property
     def page_bytes(self) -> int:
         return (self.page_rows or page_rows_for(self.row_bytes)) * self.row_bytes
+
+    @property
+    def aggregation_bytes(self) -> int:
+        """What an aggregation allocates beside the delta store: the buffer gathered and a masked copy, or a
+        running sum's group of rows gathered and the sum."""
+        rows = 2 * self.buffer_rows if self.fold_rows is None else self.fold_rows + 1
+        return rows * self.row_bytes
 
     @property
     def besides_bytes(self) -> int:
@@ -159,7 +171,7 @@ class MemoryPlan:
         aggregation's two copies, and a page of the delta store (it grows by pages, so it may hold up to a
         page more than its rows)."""
         call = self.call.total if self.call is not None else 2 * self.call_tasks * self.row_bytes  # unmeasured: a guess
-        return self.besides_bytes + self.fixed_bytes + call + 2 * self.buffer_rows * self.row_bytes + self.page_bytes
+        return self.besides_bytes + self.fixed_bytes + call + self.aggregation_bytes + self.page_bytes
 
     def max_rows(self, version_rows: int) -> int:
         """Delta rows the executor may hold while the version store holds ``version_rows`` rows (where the
@@ -190,12 +202,13 @@ def peak_warning(peak_bytes: int | None, budget_bytes: int, source: str,
 
 def plan_memory(engine, stacked, *, budget_bytes: int, source: str, concurrency: int, aggregation_goal: int,
                 buffer_rows: int, fixed_bytes: int, model_name: str, flush_tasks: int | None = None,
-                besides: tuple[tuple[str, int], ...] = ()) -> MemoryPlan:
+                besides: tuple[tuple[str, int], ...] = (), fold_rows: int | None = None) -> MemoryPlan:
     """The run's :class:`MemoryPlan`; the engine gets the budget less ``besides`` (the rest of the
     process). Under a bounded budget it halves the delta store's page to at most :data:`PAGE_SHARE` of
     that, and ``engine.max_tasks_per_call`` where one call of that many tasks would not fit beside the
     buffer. Raises :class:`BudgetError` (one line, every part of the minimum named) where even the
-    smallest call does not fit."""
+    smallest call does not fit. ``fold_rows``: the aggregation is a running sum folding that many arrivals at a
+    time (``buffer_rows``: those and the rows the guard's median holds); None: it gathers ``buffer_rows``."""
     row = tree_bytes(stacked) // max(1, int(np.shape(jax.tree_util.tree_leaves(stacked)[0])[0]))
     versions = 8  # the version store's first capacity
     besides = tuple((str(what), int(b)) for what, b in besides)
@@ -204,24 +217,25 @@ def plan_memory(engine, stacked, *, budget_bytes: int, source: str, concurrency:
     ahead = concurrency if flush_tasks is None else min(concurrency, flush_tasks)
     want_rows = ahead + buffer_rows + engine.max_tasks_per_call
     # every task in flight computed at once, the buffer, a full call's output, twice over for temporaries
-    loose = others + fixed_bytes + (versions + 2 * buffer_rows) * row + page_rows * row + 2 * want_rows * row
+    copies = 2 * buffer_rows if fold_rows is None else fold_rows + 1  # what an aggregation allocates
+    loose = others + fixed_bytes + (versions + copies) * row + page_rows * row + 2 * want_rows * row
     if loose <= budget_bytes:
         return MemoryPlan(budget_bytes, source, row, fixed_bytes, buffer_rows, None, engine.max_tasks_per_call, False,
-                          flush_tasks, besides)
+                          flush_tasks, besides, fold_rows=fold_rows)
     # a page a small share of what the engine may hold: memory follows the rows held to within a page
     engine_bytes = budget_bytes - others
     while page_rows > MIN_PAGE_ROWS and page_rows * row > PAGE_SHARE * engine_bytes:
         page_rows //= 2
     page = page_rows * row
     # the first size tried: the largest whose outputs alone (twice over) fit beside the buffer; then measured
-    spare = engine_bytes - fixed_bytes - (versions + 3 * buffer_rows) * row - page
+    spare = engine_bytes - fixed_bytes - (versions + buffer_rows + copies) * row - page
     tasks = engine.max_tasks_per_call
     while tasks > engine.min_tasks_per_call and 2 * tasks * row * 2 > spare:
         tasks //= 2
     while True:
         call = call_memory(engine, tasks, stacked)
         plan = MemoryPlan(budget_bytes, source, row, fixed_bytes, buffer_rows, call, tasks, True, flush_tasks,
-                          besides, page_rows)
+                          besides, page_rows, fold_rows)
         # the buffer and one call's tasks held, the first versions live
         if plan.max_rows(versions) >= buffer_rows + tasks:
             break
@@ -237,12 +251,21 @@ def plan_memory(engine, stacked, *, budget_bytes: int, source: str, concurrency:
 
 def minimum_parts(plan: MemoryPlan, versions: int = 8) -> list[tuple[str, int]]:
     """The parts of the smallest budget ``plan``'s run makes progress in, (what, bytes), which add up
-    to it: the rest of the process, the data, the buffer held and its two copies at aggregation, the
-    live versions, one device call of ``plan.call_tasks`` tasks and its updates stored, a page."""
+    to it: the rest of the process, the data, the buffer held and its two copies at aggregation (or a running
+    sum's group, its copy and the sum, and the updates the guard's median holds), the live versions, one device
+    call of ``plan.call_tasks`` tasks and its updates stored, a page."""
     row, tasks = plan.row_bytes, plan.call_tasks
     call = plan.call.total if plan.call is not None else 2 * tasks * row
-    return [*plan.besides, ("the data set and held-out set", plan.fixed_bytes),
-            (f"{plan.buffer_rows:,} buffered updates and two copies at aggregation", 3 * plan.buffer_rows * row),
+    if plan.fold_rows is None:
+        aggregation = [(f"{plan.buffer_rows:,} buffered updates and two copies at aggregation",
+                        3 * plan.buffer_rows * row)]
+    else:
+        group, held = plan.fold_rows, plan.buffer_rows - plan.fold_rows
+        aggregation = [(f"a running sum of the updates as they arrive ({group} at a time, their copy and the sum)",
+                        (2 * group + 1) * row)]
+        if held:
+            aggregation.append((f"{held:,} updates held for the update guard's median", held * row))
+    return [*plan.besides, ("the data set and held-out set", plan.fixed_bytes), *aggregation,
             (f"{versions} live versions", versions * row), (f"one device call of {tasks} tasks", call),
             (f"its {tasks} updates stored", tasks * row),
             (f"a delta-store page of {plan.page_rows or page_rows_for(row)} updates", plan.page_bytes)]
@@ -253,7 +276,9 @@ def _refusal(plan: MemoryPlan, versions: int, concurrency: int, aggregation_goal
     parts = minimum_parts(plan, versions)
     need = sum(b for _, b in parts)
     engine = need - plan.besides_bytes
-    lower = " or lower aggregation_goal" if 3 * plan.buffer_rows * plan.row_bytes >= engine / 4 else ""
+    held = (plan.buffer_rows * plan.row_bytes + plan.aggregation_bytes) if plan.fold_rows is None else \
+        (plan.buffer_rows - plan.fold_rows) * plan.row_bytes
+    lower = " or lower aggregation_goal" if held >= engine / 4 else ""
     return (f"concurrency={concurrency} with aggregation_goal={aggregation_goal} needs at least {need / MB:,.1f} MB "
             f"({need / GB:,.2f} GB) for {model_name} ({plan.row_bytes / MB:,.2f} MB an update): "
             + ", ".join(f"{what} {b / MB:,.1f} MB" for what, b in parts if b >= MB / 20)  # none that reads 0.0

@@ -207,18 +207,29 @@ class DeltaStore:
             self.pages[page] = _scatter_rows(self.pages[page], jnp.asarray(target), rows)
         return slots
 
-    def gather(self, slots) -> Params:
-        """The rows at ``slots``, stacked in that order (leaves (len(slots), ...))."""
+    def gather(self, slots, into: Params | None = None) -> Params:
+        """The rows at ``slots``, stacked in that order (leaves (len(slots), ...)). ``into``: an array of that
+        shape to write them into, donated (it is deleted; the result takes its memory): a fresh buffer of K
+        updates costs its page faults at every aggregation (~0.7 s for 1,000 updates of 0.79 MB on 2 CPU
+        cores), a reused one none."""
         slots = np.asarray(slots, np.int64).reshape(-1)
         page_of, row = np.divmod(slots, self.page_rows)
         pages = np.unique(page_of) if len(slots) else np.zeros(1, np.int64)
-        first = pages[0]
-        out = _gather_rows(self.pages[first], jnp.asarray(np.where(page_of == first, row, 0).astype(np.int32)))
-        for page in pages[1:]:
+        if into is None:  # the first page's rows make the array
+            out, pages = _gather_rows(self.pages[pages[0]], jnp.asarray(
+                np.where(page_of == pages[0], row, 0).astype(np.int32))), pages[1:]
+        else:
+            out = into
+        for page in pages:
             take = page_of == page
             out = _gather_into(out, self.pages[page], jnp.asarray(np.where(take, row, 0).astype(np.int32)),
                                jnp.asarray(take))
         return out
+
+    def locate(self, slot: int) -> tuple[Params, int]:
+        """The page holding ``slot`` and the slot's row in it (for reading a row where it lies)."""
+        page, row = divmod(int(slot), self.page_rows)
+        return self.pages[page], row
 
     def free(self, slots) -> None:
         for s in slots:

@@ -22,6 +22,7 @@ from ..data.partition import (Partition, dirichlet_partition, dirichlet_sized_pa
                               pool_partition, scale_counts)
 from ..data.streams import build_streams, streams_to_device
 from ..fleet.modes import AsyncMode, SyncMode
+from ..fleet.running_sum import FOLD_ROWS, folds_on_arrival, held_rows
 from ..fleet.simulator import FleetSimulator
 from ..memory import check_fits, resident_bytes
 from ..models.base import initial_params
@@ -92,7 +93,7 @@ def build_simulator(sc: Scenario, on_checkpoint=None, on_partition=None) -> Flee
     init = initial_params(model, jax.random.key(int(seeds[3].generate_state(1)[0])))
     eval_selector = make_selector(strategy.eval_selector, resolved.eval_selector) if strategy.eval_selector else None
     test = held_out_to_device(ds)
-    memory = run_memory_plan(sc, engine, init, test, fleet_cfg, strategy.mode,
+    memory = run_memory_plan(sc, engine, init, test, fleet_cfg, strategy.mode, aggregator=aggregator,
                              population={"the data set's host copy": ds, "the availability trace": trace,
                                          "the device profile": profile, "the clients' split": part})
     return FleetSimulator(
@@ -106,19 +107,25 @@ def build_simulator(sc: Scenario, on_checkpoint=None, on_partition=None) -> Flee
 
 
 def run_memory_plan(sc: Scenario, engine: CohortEngine, init, test, fleet_cfg, mode: str,
-                    population: dict | None = None) -> MemoryPlan:
+                    population: dict | None = None, aggregator=None) -> MemoryPlan:
     """The run's memory plan under ``memory_budget_gb`` (cohort/budget.py); a budget that cannot hold
     the run's working set is refused here, before the run, in one line (BudgetError). On a CPU backend the
     rest of the process is counted first (:func:`process_share`; ``population``: the host objects built so
-    far, by what they are)."""
+    far, by what they are). An ``aggregator`` whose updates are folded in as they arrive holds a group of
+    them and what the update guard's median keeps, not the buffer (fleet/running_sum.py)."""
     budget, source = resolve_budget(sc.memory_budget_gb)
     stacked = jax.tree_util.tree_map(lambda p: jax.ShapeDtypeStruct((8,) + tuple(p.shape), p.dtype), init)
-    buffer_rows = fleet_cfg.round_size if mode == "sync" else fleet_cfg.aggregation_goal
+    aggregated = fleet_cfg.round_size if mode == "sync" else fleet_cfg.aggregation_goal  # updates an aggregation takes
+    buffer_rows, fold_rows = aggregated, None
+    if aggregator is not None and folds_on_arrival(aggregator, fleet_cfg):
+        fold_rows = FOLD_ROWS
+        size_known = not (mode == "sync" and aggregator.accepts_stale)  # a sync round's late updates: any number
+        buffer_rows = FOLD_ROWS + held_rows(aggregated, sc.resolve_update_guard(), size_known)
     fixed = tree_bytes(engine.data) + tree_bytes(test)
-    besides = process_share(sc, buffer_rows, fixed, population or {}) if budget < UNBOUNDED_BYTES else ()
+    besides = process_share(sc, aggregated, fixed, population or {}) if budget < UNBOUNDED_BYTES else ()
     return plan_memory(engine, stacked, budget_bytes=budget, source=source, concurrency=sc.concurrency,
                        aggregation_goal=sc.aggregation_goal, buffer_rows=buffer_rows, fixed_bytes=fixed,
-                       model_name=sc.model, flush_tasks=sc.flush_max_tasks, besides=besides)
+                       model_name=sc.model, flush_tasks=sc.flush_max_tasks, besides=besides, fold_rows=fold_rows)
 
 
 # What a run grows by after its memory plan is made, besides the engine (measured on 2 CPU cores, the tiny

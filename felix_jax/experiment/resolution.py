@@ -32,7 +32,7 @@ def fleet_config(sc: Scenario, strategy) -> FleetConfig:
                        server_momentum=sc.server_momentum, server_tau=sc.server_tau,
                        prox_mu=strategy.fleet_option("prox_mu", sc.prox_mu), timeout_frees_slot=sc.timeout_frees_slot,
                        utility_from=sc.utility_from, oracle_departure=reading.oracle_departure or sc.oracle_departure,
-                       reading=reading)
+                       reading=reading, aggregation_buffer=sc.aggregation_buffer)
 
 
 def stop_rule(sc: Scenario) -> StopRule:

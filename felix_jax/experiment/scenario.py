@@ -141,6 +141,11 @@ class Scenario:
     # only; computing further ahead holds memory and computes tasks that time out or are abandoned
     # (BENCHMARKS.md, "Memory bounded by a budget")
     flush_max_tasks: int | None = 1024
+    # auto: an aggregator whose weights are per update (FedBuff, FedAsync, TierFuse, FedAvg) folds each update
+    # into a running sum as it arrives, and holds no buffer of K updates (fleet/running_sum.py); always: every
+    # aggregator gathers its buffer at the aggregation (to check the two against each other). The same
+    # results up to the order of a float32 sum
+    aggregation_buffer: str = "auto"
 
     def __post_init__(self):
         _check_types(self)  # the Python API's values as strictly as --set's: 2.5 clients, a number for a name
@@ -402,6 +407,9 @@ FIELD_HELP: dict[str, str] = {
                         "accelerator's; inf: unbounded; same results at any budget that fits)",
     "flush_max_tasks": "training results computed ahead of their replies at most, those due first (none: as "
                        "the memory budget allows; same results at any value)",
+    "aggregation_buffer": "auto: an aggregator with per-update weights folds each update into a running sum as it "
+                          "arrives (no K-update buffer); always: every aggregator gathers its buffer (for checking; "
+                          "the same results up to float summation order)",
 }
 
 PATH_FIELDS = ("dataset", "availability", "device_profile")  # may name a file
@@ -522,6 +530,7 @@ _CHECKS: tuple[tuple[str, typing.Callable[[typing.Any], bool], str], ...] = (
      "a number of GB > 0 (inf, or any size beyond the machine's memory: unbounded; none: half of this "
      "machine's memory, three quarters of an accelerator's)"),
     ("flush_max_tasks", lambda v: v >= 1, ">= 1 (or none: as many as the memory budget allows)"),
+    ("aggregation_buffer", lambda v: v in ("auto", "always"), "auto or always"),
     ("partition", lambda v: v in ("dirichlet", "iid", "natural", "speaker", "reference", "pool"),
      "dirichlet, iid, natural (= speaker: one client per id in the data), reference, or pool (clients draw "
      "from the whole data set: any population size)"),

@@ -45,6 +45,10 @@ class FleetConfig:
     oracle_departure: Literal["keep_slot", "free_slot"] = "keep_slot"
     # the reading of the paper this fleet runs (fleet/reading.py), resolved for its strategy
     reading: Reading = Reading()
+    # "auto": an aggregator whose weights are per update (Aggregator.per_update) folds each update into a running
+    # sum as it arrives and holds no buffer of K updates (fleet/running_sum.py); "always": every aggregator
+    # gathers its K updates at the aggregation (the buffered path, to check the running sum against)
+    aggregation_buffer: Literal["auto", "always"] = "auto"
 
     def __post_init__(self):
         object.__setattr__(self, "knowledge", Knowledge(self.knowledge))
@@ -68,6 +72,8 @@ class FleetConfig:
             raise ValueError(f"prox_mu must be a finite number >= 0, got {self.prox_mu!r}")
         if not (self.timeout_s > 0 or math.isinf(self.timeout_s)):
             raise ValueError("timeout_s must be > 0 (or inf)")
+        if self.aggregation_buffer not in ("auto", "always"):
+            raise ValueError(f"aggregation_buffer must be 'auto' or 'always', got {self.aggregation_buffer!r}")
         if self.oracle_departure not in ("keep_slot", "free_slot"):
             raise ValueError(f"oracle_departure must be 'keep_slot' or 'free_slot', got {self.oracle_departure!r}")
 

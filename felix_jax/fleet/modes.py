@@ -43,6 +43,7 @@ class AsyncMode:
 
     def on_train_reply(self, sim: "FleetSimulator", update: "Update") -> None:
         self.buffer.append(update)
+        sim.receive_update(update)
         k = sim.cfg.aggregation_goal
         if len(self.buffer) >= k:
             batch, self.buffer = self.buffer[:k], self.buffer[k:]
@@ -84,6 +85,7 @@ class SyncMode:
     def on_train_reply(self, sim: "FleetSimulator", update: "Update") -> None:
         if update.task.round == sim.round and update.staleness == 0:
             self.fresh.append(update)
+            sim.receive_update(update)
             if len(self.fresh) >= sim.cfg.aggregation_goal:
                 used_stale = self.stale if sim.aggregator.accepts_stale else []
                 sim.acct.late_updates_used += len(used_stale)
@@ -91,6 +93,7 @@ class SyncMode:
                 sim.aggregate(batch)
         elif sim.aggregator.accepts_stale:
             self.stale.append(update)
+            sim.receive_update(update)
         else:
             sim.acct.discarded_updates += 1
             sim.executor.drop_delta(update.outcome)

@@ -18,6 +18,9 @@ class Update:
     task: Task
     outcome: TrainOutcome
     staleness: int
+    # the client's statistical utility as its reply left it (TierFuse's U: the update's own, not one recorded
+    # later by an eval reply or its next task); None in a snapshot written before it was kept (the view's then)
+    utility: float | None = None
 
 
 @dataclasses.dataclass

@@ -38,11 +38,12 @@ from .executor import EvalOutcome, LazyExecutor
 from .knowledge import Knowledge, ViewTracker
 from .lifecycle import Interruption, Timeline, first_leave, first_return, partial_work, task_timeline
 from .records import Checkpoint, Update  # noqa: F401  (importable from here, as before)
+from .running_sum import Arrived, RunningSum, folds_on_arrival
 from .server_optimizer import make_server_optimizer, server_step, weighted_mean_delta
 from .snapshot import SnapshotPolicy, load_snapshot, save_snapshot
 from .tasks import Task
-from .update_guard import (UpdateGuardConfig, Verdict, judge_updates, remember_norms, tree_all_finite,
-                           update_health, zero_rejected)
+from .update_guard import (UpdateGuardConfig, Verdict, judge_arrival, judge_updates, remember_norms,
+                           surely_accepted_below, tree_all_finite, update_health, zero_rejected)
 
 TRAIN_TIERS = frozenset({int(Tier.AVL_TRAIN)})
 EVAL_TIERS = frozenset({int(Tier.AVL_TRAIN), int(Tier.AVL_EVAL)})
@@ -142,6 +143,10 @@ class FleetSimulator:
         self.test_evaluator: Callable | None = None
         self._guard_norms = np.zeros(0, np.float64)  # norms of recently accepted updates, oldest first
         self._guard_empty_buffers = 0  # buffers in a row without an accepted update
+        # per-update weights: each update folded into the aggregation's running sum as it arrives (running_sum.py);
+        # None: the buffer is gathered at the aggregation
+        self._running = (RunningSum(init_params, aggregator.transform_deltas)
+                         if folds_on_arrival(aggregator, config) else None)
         counts = engine.counts
         # training samples a task processes, per client (for the compute time model)
         t0 = np.zeros(len(counts))  # client streams: the data held at the start (static data: always)
@@ -164,6 +169,8 @@ class FleetSimulator:
         self.version = 0
         # memory: the run's memory budget (cohort/budget.py); None: every pending task computed at each flush
         self.executor = LazyExecutor(engine, VersionStore(init_params, capacity=8), memory)
+        if self._running is not None:  # each update's norm measured as it is stored, read at its arrival
+            self.executor.measure = self._running.measure
         self.executor.publish(0, init_params)
         self.tasks: dict[int, Task] = {}
         # tasks in self.tasks that are in flight and not replied, per kind (in_flight_count); None: count
@@ -596,7 +603,7 @@ class FleetSimulator:
                 took = self.now - task.dispatch_s if reading.duration_source == "measured" else task.work_s
                 self.view.record_training(c, took)
                 self._utility_by_eval[c] = False
-            self.mode.on_train_reply(self, Update(task, outcome, staleness))
+            self.mode.on_train_reply(self, Update(task, outcome, staleness, float(self.view.utility[c])))
         else:
             assert isinstance(outcome, EvalOutcome)
             self.acct.bytes_up_eval += self.profile.eval_upload_bytes
@@ -670,50 +677,21 @@ class FleetSimulator:
         run stops as diverged, keeping the last finite model. An aggregator with its
         own rule (``combine``: a trimmed mean, a median) replaces the weighted mean
         only; its weights still count and log the updates (:meth:`_combined_update`).
+        Where the aggregator's weights are per update, each update was folded into a
+        running sum as it arrived (:meth:`receive_update`) and the buffer is not
+        gathered: the same verdicts, weights and step, up to the order of the sum.
         """
-        outcomes = [u.outcome for u in updates]
-        deltas = self.executor.take_deltas(outcomes)
-        finite, raw_norms = update_health(deltas)
-        verdict = self._judge(finite, raw_norms)
-        keep = verdict.accepted
-        limit = self.update_guard.max_empty_buffers
-        if limit is not None and self._guard_empty_buffers >= limit:
-            self._stop_reason = (f"diverged: no client update accepted in the last {limit} buffers "
-                                 f"({self.acct.rejected_updates_nonfinite} non-finite, "
-                                 f"{self.acct.rejected_updates_norm} over the norm bound so far)")
-            return
-        if not keep.all():
-            deltas = zero_rejected(deltas, jnp.asarray(keep))
-        norms = raw_norms
-        if self.aggregator.transform_deltas is not None:
-            deltas = self.aggregator.transform_deltas(deltas)
-            norms = update_norms(deltas)
-        info = BufferInfo(
-            staleness=np.array([u.staleness for u in updates], np.int64),
-            num_samples=np.array([self.view.num_samples[u.task.client] for u in updates], np.float64),
-            utility=np.array([self.view.utility[u.task.client] for u in updates]),
-            loss_mean=np.array([o.all_steps.sum / max(o.all_steps.count, 1.0) for o in outcomes]),
-            delta_norms=np.asarray(norms, np.float64),
-            label_time_s=np.array([u.task.label_time_s for u in updates], np.float64),
-            proxy_fraction=np.array([u.task.proxy_fraction for u in updates], np.float64),
-            start_loss=np.array([o.first_batch.sum / max(o.first_batch.count, 1.0) for o in outcomes], np.float64),
-            work_fraction=np.array([1.0 if u.task.steps is None else u.task.steps / max(u.task.full_steps, 1)
-                                    for u in updates], np.float64),
-        )
-        weights = np.zeros(len(updates), np.float64)
-        if keep.any():
-            weights[keep] = self._accepted_weights(info, deltas, keep)
+        taken = self._running_update(updates) if self._running is not None else self._buffered_update(updates)
+        if taken is None:
+            return  # diverged: no update accepted in too many buffers in a row (the stop reason says so)
+        keep, weights, reduce = taken
         if self._adversarial is not None:
             self._count_adversarial(updates, weights)
         if self.aggregator.combine is None and not self.aggregator.normalize and 0 < keep.sum() < len(updates):
             # the reduction divides by the K rows it is given; the aggregator's K is the accepted K'
             weights *= len(updates) / keep.sum()
         if weights.sum() > 0:
-            if self.aggregator.combine is None:
-                mean = weighted_mean_delta(deltas, jnp.asarray(weights, jnp.float32),
-                                           normalize=self.aggregator.normalize)
-            else:
-                mean = self._combined_update(deltas, keep & (weights > 0), weights)
+            mean = reduce(weights)
             params, opt_state = server_step(self.server_opt, self.params, self.server_opt_state, mean)
             if not bool(tree_all_finite(params)):
                 self._stop_reason = f"diverged: global model is non-finite after aggregation {self.version + 1}"
@@ -733,6 +711,199 @@ class FleetSimulator:
         if self.version >= self.stop.max_aggregations and self._stop_reason is None:
             self._stop_reason = "max_aggregations"
 
+    def _buffered_update(self, updates: list[Update]):
+        """The buffer gathered from the delta store, judged, weighed: (accepted mask, weights, the reduction of
+        the buffer by final weights), or None when the run stops as diverged."""
+        deltas = self.executor.take_deltas([u.outcome for u in updates])
+        finite, raw_norms = update_health(deltas)
+        keep = self._judge(finite, raw_norms).accepted
+        if self._empty_buffers_diverged():
+            return None
+        if not keep.all():
+            deltas = zero_rejected(deltas, jnp.asarray(keep))
+        norms = raw_norms
+        if self.aggregator.transform_deltas is not None:
+            deltas = self.aggregator.transform_deltas(deltas)
+            norms = update_norms(deltas)
+        info = self._buffer_info(updates, norms)
+        weights = np.zeros(len(updates), np.float64)
+        if keep.any():
+            weights[keep] = self._accepted_weights(info, deltas, keep)
+
+        def reduce(final: np.ndarray):
+            if self.aggregator.combine is None:
+                return weighted_mean_delta(deltas, jnp.asarray(final, jnp.float32), normalize=self.aggregator.normalize)
+            return self._combined_update(deltas, keep & (final > 0), final)
+
+        return keep, weights, reduce
+
+    def _running_update(self, updates: list[Update]):
+        """The running sum's aggregation (:mod:`.running_sum`): the last group of arrivals judged and folded
+        in; the verdicts and weights are those the arrivals gave, and the updates the guard's median over the
+        whole buffer held until now are judged by the whole buffer and, where accepted, weighed and folded in.
+        Returns what :meth:`_buffered_update` does (the reduction: the sum over K' or over the total weight),
+        or None when the run stops as diverged."""
+        rs = self._running
+        self._fold_arrivals()
+        arrived = [rs.arrivals[u.task.task_id] for u in updates]
+        finite = np.array([a.finite for a in arrived], bool)
+        norms = np.array([a.norm for a in arrived], np.float64)
+        at_arrival = None
+        if self.update_guard.median_over == "arrivals":  # every verdict given at its arrival
+            at_arrival = Verdict(np.array([a.accepted for a in arrived], bool),
+                                 np.array([a.nonfinite for a in arrived], bool),
+                                 np.array([a.over_norm for a in arrived], bool), None)
+        keep = self._judge(finite, norms, at_arrival).accepted
+        # a verdict given at an arrival is the buffer's (judge_arrival's bound): the running sum holds what the
+        # buffered path accepts
+        assert all(ok == a.accepted for a, ok in zip(arrived, keep) if a.decided), "an arrival's verdict changed"
+        held, rs.held = rs.held, []
+        if self._empty_buffers_diverged():
+            for u in held:
+                self.executor.drop_delta(u.outcome)
+            rs.reset()
+            return None
+        for u, ok in zip(updates, keep):  # the held ones: the buffer's verdict
+            a = rs.arrivals[u.task.task_id]
+            if not a.decided:
+                a.decided, a.accepted = True, bool(ok)
+        self._fold_decided(held)
+        weights = np.array([a.weight if ok else 0.0 for a, ok in zip(arrived, keep)], np.float64)
+        self.acct.staleness.extend(int(u.staleness) for u, ok in zip(updates, keep) if ok)
+        self.acct.agg_weights.extend(float(w) for w in weights[keep])
+        self.acct.zero_weight_updates += int((weights[keep] == 0).sum())
+        mean = None
+        if weights.sum() > 0:  # the buffered path's denominator: the accepted K', or their total weight
+            mean = rs.mean(weights.sum() if self.aggregator.normalize else keep.sum())
+        rs.reset()
+        return keep, weights, lambda _final: mean
+
+    def receive_update(self, update: Update) -> None:
+        """``update`` joins the aggregation in progress (the mode calls this as it buffers it). Where the run
+        folds updates in as they arrive (:mod:`.running_sum`), it waits for its group (``RunningSum.group``
+        arrivals), which is then judged by the update guard in arrival order, weighed and folded into the
+        running sum where its rows lie in the delta store (:meth:`_fold_arrivals`)."""
+        rs = self._running
+        if rs is None:
+            return
+        rs.pending.append(update)
+        if len(rs.pending) >= rs.group:
+            self._fold_arrivals()
+
+    def _fold_arrivals(self) -> None:
+        """The updates received since the last group, judged one by one in arrival order as the update guard
+        judges them at their arrival (their norms were measured as they were stored), the accepted ones
+        weighed and folded into the running sum, their rows freed. An update the guard's median over the
+        whole buffer may still reject (``median_over="buffer"``) keeps its row; it is judged again with each
+        group (the median's lower bound rises as the buffer fills), and at the aggregation."""
+        rs = self._running
+        group, rs.pending = rs.pending, []
+        if not group:
+            return
+        before = len(rs.arrivals)
+        for i, u in enumerate(group):
+            finite, norm, transformed = self._health(u)
+            if finite and math.isfinite(norm):
+                rs.pool.append(norm)
+            word = self._judge_arrival(finite, norm, before + i + 1)
+            rs.arrivals[u.task.task_id] = Arrived(norm, finite, transformed, word.decided, word.accepted,
+                                                  word.nonfinite, word.over_norm)
+        decided = [u for u in group if rs.arrivals[u.task.task_id].decided]
+        rs.held.extend(u for u in group if not rs.arrivals[u.task.task_id].decided)
+        if rs.held and decided:  # the held ones the buffer so far decides (the median's lowest reach has risen)
+            bound = surely_accepted_below(np.concatenate([self._guard_norms, rs.pool]),
+                                          self._remaining(len(rs.arrivals)), self.update_guard)
+            now = [u for u in rs.held if rs.arrivals[u.task.task_id].norm <= bound]
+            for u in now:
+                a = rs.arrivals[u.task.task_id]
+                a.decided = a.accepted = True
+            decided += now
+            rs.held = [u for u in rs.held if not rs.arrivals[u.task.task_id].decided]
+        self._fold_decided(decided)
+
+    def _health(self, update: Update) -> tuple[bool, float, float]:
+        """(finite, L2 norm, norm after transform_deltas) of an update, as measured when it was stored."""
+        health = update.outcome.health
+        if health is None:  # computed where the store's rows were not measured: measured now
+            rows = self.executor.deltas.gather([update.outcome.slot])
+            finite, norms, transformed = self._running.measure(rows)
+            health = (bool(finite[0]), float(norms[0]), float(transformed[0]))
+        return health
+
+    def _judge_arrival(self, finite: bool, norm: float, arrived: int):
+        """The guard's word on an update with the buffer's first ``arrived`` updates judged
+        (:func:`~.update_guard.judge_arrival`)."""
+        return judge_arrival(finite, norm, np.concatenate([self._guard_norms, self._running.pool]),
+                             self._remaining(arrived), self.update_guard)
+
+    def _remaining(self, arrived: int) -> int | None:
+        """The updates the aggregation in progress takes after its first ``arrived`` (None: not known, a sync
+        round that keeps late updates)."""
+        if self.cfg.mode == "sync" and self.aggregator.accepts_stale:
+            return None
+        return max(0, self.cfg.aggregation_goal - arrived)
+
+    def _weigh(self, updates: list[Update], taken: np.ndarray) -> np.ndarray:
+        """The aggregator's weights of ``updates`` where ``taken`` (accepted), 0 elsewhere; noted on their
+        arrivals."""
+        rs = self._running
+        weights = np.zeros(len(updates), np.float64)
+        if taken.any():
+            weights[taken] = self._arrival_weights(
+                [u for u, ok in zip(updates, taken) if ok],
+                [rs.arrivals[u.task.task_id].delta_norm for u, ok in zip(updates, taken) if ok])
+        for u, w, ok in zip(updates, weights, taken):
+            if ok:
+                a = rs.arrivals[u.task.task_id]
+                a.weight, a.folded = float(w), bool(w > 0)
+        return weights
+
+    def _fold_decided(self, updates: list[Update]) -> None:
+        """Updates whose verdict is final: the accepted ones weighed and folded into the running sum from the
+        delta store; every row freed."""
+        taken = np.array([self._running.arrivals[u.task.task_id].accepted for u in updates], bool)
+        weights = self._weigh(updates, taken)
+        self._running.fold(self.executor.deltas, [u.outcome.slot for u in updates], weights)
+        for u in updates:
+            self.executor.drop_delta(u.outcome)
+
+    def _arrival_weights(self, updates: list[Update], delta_norms) -> np.ndarray:
+        """The aggregator's weights of accepted ``updates`` (a per-update aggregator's weights are each
+        row's own: the same for a group as for the whole buffer)."""
+        weights = np.asarray(self.aggregator.weights(self._buffer_info(updates, delta_norms)), np.float64)
+        if weights.shape != (len(updates),) or not np.all(np.isfinite(weights)) or (weights < 0).any():
+            raise PolicyError(f"aggregator {self.aggregator.name} returned bad weights {weights}")
+        return weights
+
+    def _buffer_info(self, updates: list[Update], norms) -> BufferInfo:
+        """The aggregator's view of ``updates``: one row each (``norms``: their L2 norms after
+        ``transform_deltas``)."""
+        outcomes = [u.outcome for u in updates]
+        return BufferInfo(
+            staleness=np.array([u.staleness for u in updates], np.int64),
+            num_samples=np.array([self.view.num_samples[u.task.client] for u in updates], np.float64),
+            utility=np.array([self.view.utility[u.task.client] if u.utility is None else u.utility
+                              for u in updates], np.float64),
+            loss_mean=np.array([o.all_steps.sum / max(o.all_steps.count, 1.0) for o in outcomes]),
+            delta_norms=np.asarray(norms, np.float64),
+            label_time_s=np.array([u.task.label_time_s for u in updates], np.float64),
+            proxy_fraction=np.array([u.task.proxy_fraction for u in updates], np.float64),
+            start_loss=np.array([o.first_batch.sum / max(o.first_batch.count, 1.0) for o in outcomes], np.float64),
+            work_fraction=np.array([1.0 if u.task.steps is None else u.task.steps / max(u.task.full_steps, 1)
+                                    for u in updates], np.float64),
+        )
+
+    def _empty_buffers_diverged(self) -> bool:
+        """Whether ``max_empty_buffers`` buffers in a row had no update accepted: the run then stops as
+        diverged (its stop reason set here)."""
+        limit = self.update_guard.max_empty_buffers
+        if limit is None or self._guard_empty_buffers < limit:
+            return False
+        self._stop_reason = (f"diverged: no client update accepted in the last {limit} buffers "
+                             f"({self.acct.rejected_updates_nonfinite} non-finite, "
+                             f"{self.acct.rejected_updates_norm} over the norm bound so far)")
+        return True
+
     def _count_adversarial(self, updates: list[Update], weights: np.ndarray) -> None:
         """The buffer's updates from adversarial clients, those accepted (weight > 0) and the total weight
         the aggregator gave them (its own weights, as ``agg_weights`` records them), for ``summary.json``."""
@@ -741,9 +912,11 @@ class FleetSimulator:
         self.acct.adversarial_updates_accepted += int((adversarial & (weights > 0)).sum())
         self.acct.adversarial_weight_total += float(weights[adversarial].sum())
 
-    def _judge(self, finite: np.ndarray, norms: np.ndarray) -> Verdict:
-        """The guard's verdict on one buffer; counts rejections and remembers accepted norms."""
-        verdict = judge_updates(finite, norms, self._guard_norms, self.update_guard)
+    def _judge(self, finite: np.ndarray, norms: np.ndarray, verdict: Verdict | None = None) -> Verdict:
+        """The guard's verdict on one buffer (``verdict``: the one its arrivals gave, ``median_over="arrivals"``);
+        counts rejections and remembers accepted norms."""
+        if verdict is None:
+            verdict = judge_updates(finite, norms, self._guard_norms, self.update_guard)
         self.acct.rejected_updates_nonfinite += int(verdict.nonfinite.sum())
         self.acct.rejected_updates_norm += int(verdict.over_norm.sum())
         self._guard_norms = remember_norms(self._guard_norms, norms, verdict, self.update_guard)

@@ -324,6 +324,8 @@ def _state(sim: "FleetSimulator") -> dict:
         "selector": sim._sel_state,
         "eval_selector": sim._eval_sel_state,
         "guard": {"norms": sim._guard_norms, "empty_buffers": sim._guard_empty_buffers},
+        # the aggregation in progress folded in as its updates arrived (running_sum.py); None: gathered at the end
+        "running_sum": None if sim._running is None else sim._running.state_dict(),
         "executor": sim.executor.state_dict(),
         "accounting": sim.acct,
         # the streamed events.csv: its length and last line, and the rows held for later (event_stream.py)
@@ -347,9 +349,10 @@ def _known_types(sim: "FleetSimulator") -> dict[str, type]:
     from .executor import EvalOutcome, TrainOutcome, _Pending
     from .lifecycle import Timeline
     from .records import Checkpoint, Update
+    from .running_sum import Arrived
     from .tasks import Task
 
-    fixed = [Accounting, CallRecord, Checkpoint, ClientMap, EvalOutcome, Event, EventKind, LossStats, Task,
+    fixed = [Accounting, Arrived, CallRecord, Checkpoint, ClientMap, EvalOutcome, Event, EventKind, LossStats, Task,
              Timeline, TrainOutcome, Update, _Pending]
     types = {_type_name(t): t for t in fixed}
     # snapshots written before the records had a module of their own name them by the simulator's
@@ -390,6 +393,8 @@ def _apply(sim: "FleetSimulator", s: dict, fmt: int = FORMAT) -> None:
     sim._sel_state, sim._eval_sel_state = s["selector"], s["eval_selector"]
     sim._guard_norms, sim._guard_empty_buffers = s["guard"]["norms"], s["guard"]["empty_buffers"]
     sim.executor.load_state_dict(s["executor"])
+    if sim._running is not None and s.get("running_sum") is not None:
+        sim._running.load_state_dict(s["running_sum"])
     sim.acct = s["accounting"]
     sim._restored_event_log = s.get("event_log")  # resumed by stream_events (None: rows in acct.events)
     sim._utility_by_eval = np.asarray(s["utility_by_eval"], bool).copy()

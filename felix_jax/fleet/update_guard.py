@@ -14,7 +14,19 @@ anyway, unless a norm is not finite) and decides on the host
   overflows float32 (entries beyond about 1e19).
 
 The norms of accepted updates feed the next buffer's median
-(:func:`remember_norms`). :func:`tree_all_finite` checks the global model after
+(:func:`remember_norms`).
+
+A server that folds each update into a running sum as it arrives (fleet/running_sum.py)
+judges it then (:func:`judge_arrival`), with the same rules. Only the median rule
+needs the buffer's later norms. With ``median_over="buffer"`` (the default) the
+verdict stays the one :func:`judge_updates` gives the whole buffer: an update is
+accepted at its arrival only where no later arrivals could lower the median enough
+to reject it (the median with every arrival still to come read as a zero norm), and
+held until the aggregation otherwise. With ``median_over="arrivals"`` each update is
+judged at its arrival against the median of the recent norms and this buffer's
+arrivals so far, its own included: the buffer's last arrival is judged as
+:func:`judge_updates` would judge it, an earlier one without the norms that come
+after it. :func:`tree_all_finite` checks the global model after
 the server step; a model that is non-finite even so ends the run as diverged, and
 so do ``max_empty_buffers`` buffers in a row without one accepted update (every
 client's training blows up, e.g. a learning rate far too large: the model would
@@ -35,6 +47,9 @@ from ..options import Range
 from ..policies.aggregators.deltas import update_norms
 
 
+MEDIAN_OVER = ("buffer", "arrivals")
+
+
 @dataclasses.dataclass(frozen=True)
 class UpdateGuardConfig:
     """Which client updates the server accepts.
@@ -49,6 +64,10 @@ class UpdateGuardConfig:
     min_history: int = 5  # norms (recent + this buffer's finite ones) needed before the ratio rule applies
     max_norm: float | None = None  # absolute bound on an update's L2 norm; None: off
     max_empty_buffers: int | None = 5  # stop as diverged after this many buffers in a row had no update accepted
+    # whose norms the ratio rule's median is over: "buffer" (the recent norms and the whole buffer's; an update
+    # folded in as it arrives is held until the aggregation where later arrivals could still reject it) or
+    # "arrivals" (the recent norms and this buffer's so far: every update judged at its arrival)
+    median_over: str = "buffer"
 
     RANGES: ClassVar[Mapping[str, Range]] = {
         "max_norm_ratio": Range.above(1), "history": Range.at_least(1), "min_history": Range.at_least(1),
@@ -68,6 +87,9 @@ class UpdateGuardConfig:
                              f"got {self.max_norm_ratio!r}")
         if self.max_norm is not None and self.max_norm <= 0.0:
             raise ValueError(f"update guard: max_norm must be > 0 or None, got {self.max_norm!r}")
+        if self.median_over not in MEDIAN_OVER:
+            raise ValueError(f"update guard: median_over must be one of {', '.join(MEDIAN_OVER)}, "
+                             f"got {self.median_over!r}")
         for name in ("history", "min_history", "max_empty_buffers"):
             v = getattr(self, name)
             if v is None and name == "max_empty_buffers":
@@ -163,3 +185,72 @@ def remember_norms(recent, norms, verdict: Verdict, config: UpdateGuardConfig) -
     """The guard's next state: the last ``config.history`` accepted norms, oldest first."""
     kept = np.asarray(norms, np.float64)[verdict.accepted]
     return np.concatenate([np.asarray(recent, np.float64), kept])[-config.history:]
+
+
+class Arrival(NamedTuple):
+    """The guard's word on one update as it arrives (:func:`judge_arrival`)."""
+
+    decided: bool  # False: the median rule may still reject it once the buffer is complete (median_over="buffer")
+    accepted: bool  # when decided
+    nonfinite: bool  # rejected: holds NaN or Inf
+    over_norm: bool  # rejected: finite, its norm out of bounds
+
+
+def _median_with_zeros(pool: np.ndarray, zeros: int) -> float:
+    """``np.median`` of ``pool`` (norms, all >= 0) with ``zeros`` zero norms added, without building them."""
+    n = len(pool) + zeros
+    upper, lower = n // 2, (n - 1) // 2  # the middle ranks (one rank when n is odd)
+    picks = sorted({r - zeros for r in (lower, upper) if r >= zeros})
+    values = dict(zip(picks, np.partition(pool, picks)[picks])) if picks else {}
+    low, high = values.get(lower - zeros, 0.0), values.get(upper - zeros, 0.0)
+    return float(np.mean([low, high])) if lower != upper else float(high)
+
+
+def judge_arrival(finite: bool, norm: float, pool, remaining: int | None, config: UpdateGuardConfig) -> Arrival:
+    """One update at its arrival (host side, pure): accepted, rejected, or (``median_over="buffer"``) not
+    decided until the buffer is complete.
+
+    ``pool`` holds the recent accepted norms and the finite norms of this buffer's arrivals so far, this
+    one's included (the pool :func:`judge_updates` takes its median of, less the arrivals to come);
+    ``remaining``: the updates the buffer will still take (None: not known). A non-finite update, one whose
+    norm overflows or exceeds ``max_norm`` is rejected at once, as :func:`judge_updates` rejects it. Under
+    ``median_over="buffer"`` an update is accepted at once only where the median cannot fall low enough to
+    reject it whatever arrives later: adding a value no larger than the median lowers it or keeps it, so
+    the lowest it can reach is the median with every arrival to come as a zero norm. Otherwise it waits.
+
+    >>> cfg = UpdateGuardConfig(max_norm_ratio=10.0, min_history=3)
+    >>> judge_arrival(True, 2.0, [1.0, 2.0, 3.0, 2.0], 1, cfg).accepted  # median >= 1.5 whatever comes
+    True
+    >>> judge_arrival(True, 2.0, [1.0, 2.0], 5, cfg).decided  # five zeros could still make the median 0
+    False
+    """
+    if not config.enabled:
+        return Arrival(True, True, False, False)
+    if not finite:
+        return Arrival(True, False, True, False)
+    norm = float(norm)
+    if not math.isfinite(norm) or (config.max_norm is not None and not norm <= config.max_norm):
+        return Arrival(True, False, False, True)
+    if config.max_norm_ratio is None:
+        return Arrival(True, True, False, False)
+    pool = np.asarray(pool, np.float64)
+    if config.median_over == "arrivals" or remaining == 0:
+        reference = float(np.median(pool)) if len(pool) >= config.min_history else 0.0
+        over = reference > 0 and not norm <= config.max_norm_ratio * reference
+        return Arrival(True, not over, False, over)
+    if norm <= surely_accepted_below(pool, remaining, config):
+        return Arrival(True, True, False, False)
+    return Arrival(False, False, False, False)
+
+
+def surely_accepted_below(pool, remaining: int | None, config: UpdateGuardConfig) -> float:
+    """The largest norm the ratio rule accepts whatever the buffer's ``remaining`` arrivals bring (``pool``:
+    the recent norms and the buffer's finite ones so far): ``max_norm_ratio`` times the lowest the median can
+    fall to (every arrival to come a zero norm); 0 where that is 0 (none is sure), inf where the rule cannot
+    apply (the buffer's pool stays under ``min_history``). :func:`judge_arrival` accepts a finite update at
+    or under it; an update held above it can be judged again against a fuller buffer with it."""
+    pool = np.asarray(pool, np.float64)
+    if config.max_norm_ratio is None or (remaining is not None and len(pool) + remaining < config.min_history):
+        return math.inf
+    lowest = _median_with_zeros(pool, remaining) if remaining is not None and len(pool) else 0.0
+    return config.max_norm_ratio * lowest if lowest > 0 else 0.0

@@ -65,6 +65,13 @@ class Aggregator(NamedTuple):
     without K, to which the server optimizer applies ``server_lr`` (``normalize``
     is then unused). It must be jittable: felix-jax jits a plugin's; a built-in
     one is jitted where it is defined.
+
+    ``per_update=True`` declares that each update's weight is its own row's alone
+    (``weights(info)[i] == weights(info[i:i+1])[0]``: staleness, utility, sample
+    count, norm; nothing over the buffer, such as a total it is rescaled to) and
+    that ``transform_deltas`` works row by row. Without ``combine`` or
+    ``augment_info``, the server then folds each update into a running weighted
+    sum as it arrives and holds no buffer of K updates (``fleet/running_sum.py``).
     """
 
     name: str
@@ -75,6 +82,7 @@ class Aggregator(NamedTuple):
     transform_deltas: Callable | None = None
     augment_info: Callable | None = None
     combine: Callable | None = None  # (deltas, keep, weights) -> update: replaces the weighted mean
+    per_update: bool = False  # each weight is its update's alone: folded in as it arrives (fleet/running_sum.py)
 
 
 def update_mismatch(deltas, update) -> str | None:

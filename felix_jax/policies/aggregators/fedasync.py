@@ -76,4 +76,4 @@ def make_fedasync(config: FedAsyncConfig = FedAsyncConfig()) -> Aggregator:
         return drop_beyond(fedasync_weight(info.staleness, config), info.staleness, config.max_staleness)
 
     name = f"fedasync_{config.function.value}"
-    return Aggregator(name, weights, normalize=False, server_lr=config.server_lr, accepts_stale=True)
+    return Aggregator(name, weights, normalize=False, server_lr=config.server_lr, accepts_stale=True, per_update=True)

@@ -39,4 +39,5 @@ def make_fedavg(config: FedAvgConfig = FedAvgConfig()) -> Aggregator:
     def weights(info: BufferInfo) -> np.ndarray:
         return fedavg_weights(info.num_samples)
 
-    return Aggregator("fedavg", weights, normalize=True, server_lr=config.server_lr, accepts_stale=False)
+    return Aggregator("fedavg", weights, normalize=True, server_lr=config.server_lr, accepts_stale=False,
+                      per_update=True)

@@ -68,4 +68,6 @@ def make_fedbuff(config: FedBuffConfig = FedBuffConfig()) -> Aggregator:
             w = match_total_weight(w, float(tierfuse_weight(info.staleness, info.utility).sum()))
         return w
 
-    return Aggregator("fedbuff", weights, normalize=False, server_lr=config.server_lr, accepts_stale=True)
+    # match_step rescales each buffer to a total over the buffer: not a weight an update has on its own
+    return Aggregator("fedbuff", weights, normalize=False, server_lr=config.server_lr, accepts_stale=True,
+                      per_update=config.match_step is None)

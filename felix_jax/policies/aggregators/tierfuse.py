@@ -106,7 +106,7 @@ def make_tierfuse(config: TierFuseConfig = TierFuseConfig()) -> Aggregator:
 
     transform = None if config.delta_bound is None else (lambda deltas: bound_deltas(config, deltas))
     return Aggregator("tierfuse", weights, normalize=config.normalize, server_lr=config.server_lr,
-                      accepts_stale=True, transform_deltas=transform)
+                      accepts_stale=True, transform_deltas=transform, per_update=True)
 
 
 def bound_deltas(config: TierFuseConfig, deltas):
