@@ -246,6 +246,9 @@ def measure(num_clients: int, concurrency: int, aggregations: int, strategy: str
         "memory": None if sim.executor.memory is None else sim.executor.memory.to_dict(),
         "flushes": sim.executor.flushes, "flush_tasks_mean": sim.executor.flushed_tasks / max(sim.executor.flushes, 1),
         "largest_train_flush": sim.executor.largest_flush, "evicted_results": sim.executor.evicted,
+        # how the aggregation holds its updates: a running sum folding them in as they arrive (fleet/running_sum.py),
+        # or the buffer of K gathered at the aggregation
+        "aggregation": "buffer" if getattr(sim, "_running", None) is None else "running sum",
         "delta_store_rows": sim.executor.deltas.capacity, "version_store_rows": sim.executor.store.capacity,
         "tasks_per_call_mean": sim.engine.records.summary().get("train", {}).get("mean_tasks_per_call"),
     }

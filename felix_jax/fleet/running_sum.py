@@ -130,7 +130,9 @@ class RunningSum:
         self.pending: list = []  # updates received and not yet judged (their rows in the delta store)
         self.held: list = []  # updates judged whose verdict waits for more of the buffer (rows in the store)
         self.arrivals: dict[int, Arrived] = {}  # task id -> its arrival as judged, in arrival order
-        self.pool: list[float] = []  # the finite norms of this aggregation's arrivals (the guard's median)
+        # the update guard's recent norms and the finite norms of this aggregation's arrivals, ascending (the
+        # median's pool; None until the aggregation's first arrival)
+        self.pool: list[float] | None = None
 
     def __len__(self) -> int:
         return len(self.arrivals) + len(self.pending)
@@ -169,17 +171,23 @@ class RunningSum:
 
     def reset(self) -> None:
         """The next aggregation starts from nothing."""
-        self.acc, self.pending, self.held, self.arrivals, self.pool = None, [], [], {}, []
+        self.acc, self.pending, self.held, self.arrivals, self.pool = None, [], [], {}, None
 
     def state_dict(self) -> dict:
         return {"acc": self.acc, "pending": list(self.pending), "held": list(self.held),
-                "arrivals": dict(self.arrivals), "pool": list(self.pool)}
+                "arrivals": dict(self.arrivals), "pool": None if self.pool is None else list(self.pool)}
 
     def load_state_dict(self, state: dict) -> None:
         self.acc = state["acc"]
         self.pending, self.held = list(state["pending"]), list(state["held"])
         self.arrivals = {int(k): v for k, v in state["arrivals"].items()}
-        self.pool = [float(v) for v in state["pool"]]
+        self.pool = None if state["pool"] is None else [float(v) for v in state["pool"]]
 
     def _zeros(self) -> Params:
-        return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), self._template)
+        leaves, tree = jax.tree_util.tree_flatten(self._template)
+        return _zeros_like(tree, tuple((tuple(s.shape), jnp.dtype(s.dtype)) for s in leaves))
+
+
+@partial(jax.jit, static_argnums=(0, 1))
+def _zeros_like(tree, specs) -> Params:  # one compiled call: op by op, each leaf's zeros is a dispatch
+    return jax.tree_util.tree_unflatten(tree, [jnp.zeros(shape, dtype) for shape, dtype in specs])

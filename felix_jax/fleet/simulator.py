@@ -9,6 +9,7 @@ the mode (``modes.py``) and the strategy's selector / aggregator.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 import time
@@ -801,18 +802,19 @@ class FleetSimulator:
         if not group:
             return
         before = len(rs.arrivals)
+        if rs.pool is None:  # the aggregation's first arrivals: the median's pool starts from the recent norms
+            rs.pool = sorted(float(v) for v in self._guard_norms)
         for i, u in enumerate(group):
             finite, norm, transformed = self._health(u)
             if finite and math.isfinite(norm):
-                rs.pool.append(norm)
+                bisect.insort(rs.pool, norm)
             word = self._judge_arrival(finite, norm, before + i + 1)
             rs.arrivals[u.task.task_id] = Arrived(norm, finite, transformed, word.decided, word.accepted,
                                                   word.nonfinite, word.over_norm)
         decided = [u for u in group if rs.arrivals[u.task.task_id].decided]
         rs.held.extend(u for u in group if not rs.arrivals[u.task.task_id].decided)
         if rs.held and decided:  # the held ones the buffer so far decides (the median's lowest reach has risen)
-            bound = surely_accepted_below(np.concatenate([self._guard_norms, rs.pool]),
-                                          self._remaining(len(rs.arrivals)), self.update_guard)
+            bound = surely_accepted_below(rs.pool, self._remaining(len(rs.arrivals)), self.update_guard)
             now = [u for u in rs.held if rs.arrivals[u.task.task_id].norm <= bound]
             for u in now:
                 a = rs.arrivals[u.task.task_id]
@@ -833,8 +835,7 @@ class FleetSimulator:
     def _judge_arrival(self, finite: bool, norm: float, arrived: int):
         """The guard's word on an update with the buffer's first ``arrived`` updates judged
         (:func:`~.update_guard.judge_arrival`)."""
-        return judge_arrival(finite, norm, np.concatenate([self._guard_norms, self._running.pool]),
-                             self._remaining(arrived), self.update_guard)
+        return judge_arrival(finite, norm, self._running.pool, self._remaining(arrived), self.update_guard)
 
     def _remaining(self, arrived: int) -> int | None:
         """The updates the aggregation in progress takes after its first ``arrived`` (None: not known, a sync

@@ -196,30 +196,33 @@ class Arrival(NamedTuple):
     over_norm: bool  # rejected: finite, its norm out of bounds
 
 
-def _median_with_zeros(pool: np.ndarray, zeros: int) -> float:
-    """``np.median`` of ``pool`` (norms, all >= 0) with ``zeros`` zero norms added, without building them."""
+def median_of_sorted(pool, zeros: int = 0) -> float:
+    """``np.median`` of ``pool`` (norms, ascending, all >= 0) with ``zeros`` zero norms added, without building
+    them: two look-ups (the mean of the two middle values is numpy's, ``(a + b) / 2``)."""
     n = len(pool) + zeros
     upper, lower = n // 2, (n - 1) // 2  # the middle ranks (one rank when n is odd)
-    picks = sorted({r - zeros for r in (lower, upper) if r >= zeros})
-    values = dict(zip(picks, np.partition(pool, picks)[picks])) if picks else {}
-    low, high = values.get(lower - zeros, 0.0), values.get(upper - zeros, 0.0)
-    return float(np.mean([low, high])) if lower != upper else float(high)
+    high = float(pool[upper - zeros]) if upper >= zeros else 0.0
+    if lower == upper:
+        return high
+    low = float(pool[lower - zeros]) if lower >= zeros else 0.0
+    return (low + high) / 2
 
 
 def judge_arrival(finite: bool, norm: float, pool, remaining: int | None, config: UpdateGuardConfig) -> Arrival:
     """One update at its arrival (host side, pure): accepted, rejected, or (``median_over="buffer"``) not
     decided until the buffer is complete.
 
-    ``pool`` holds the recent accepted norms and the finite norms of this buffer's arrivals so far, this
-    one's included (the pool :func:`judge_updates` takes its median of, less the arrivals to come);
+    ``pool`` holds, in ascending order, the recent accepted norms and the finite norms of this buffer's
+    arrivals so far, this one's included (the pool :func:`judge_updates` takes its median of, less the
+    arrivals to come; kept sorted with ``bisect.insort``, so a median is two look-ups);
     ``remaining``: the updates the buffer will still take (None: not known). A non-finite update, one whose
-    norm overflows or exceeds ``max_norm`` is rejected at once, as :func:`judge_updates` rejects it. Under
+    norm overflows or exceeds ``max_norm``, is rejected at once, as :func:`judge_updates` rejects it. Under
     ``median_over="buffer"`` an update is accepted at once only where the median cannot fall low enough to
     reject it whatever arrives later: adding a value no larger than the median lowers it or keeps it, so
     the lowest it can reach is the median with every arrival to come as a zero norm. Otherwise it waits.
 
     >>> cfg = UpdateGuardConfig(max_norm_ratio=10.0, min_history=3)
-    >>> judge_arrival(True, 2.0, [1.0, 2.0, 3.0, 2.0], 1, cfg).accepted  # median >= 1.5 whatever comes
+    >>> judge_arrival(True, 2.0, [1.0, 2.0, 2.0, 3.0], 1, cfg).accepted  # median >= 2 whatever comes
     True
     >>> judge_arrival(True, 2.0, [1.0, 2.0], 5, cfg).decided  # five zeros could still make the median 0
     False
@@ -233,9 +236,8 @@ def judge_arrival(finite: bool, norm: float, pool, remaining: int | None, config
         return Arrival(True, False, False, True)
     if config.max_norm_ratio is None:
         return Arrival(True, True, False, False)
-    pool = np.asarray(pool, np.float64)
     if config.median_over == "arrivals" or remaining == 0:
-        reference = float(np.median(pool)) if len(pool) >= config.min_history else 0.0
+        reference = median_of_sorted(pool) if len(pool) >= config.min_history else 0.0
         over = reference > 0 and not norm <= config.max_norm_ratio * reference
         return Arrival(True, not over, False, over)
     if norm <= surely_accepted_below(pool, remaining, config):
@@ -245,12 +247,11 @@ def judge_arrival(finite: bool, norm: float, pool, remaining: int | None, config
 
 def surely_accepted_below(pool, remaining: int | None, config: UpdateGuardConfig) -> float:
     """The largest norm the ratio rule accepts whatever the buffer's ``remaining`` arrivals bring (``pool``:
-    the recent norms and the buffer's finite ones so far): ``max_norm_ratio`` times the lowest the median can
-    fall to (every arrival to come a zero norm); 0 where that is 0 (none is sure), inf where the rule cannot
-    apply (the buffer's pool stays under ``min_history``). :func:`judge_arrival` accepts a finite update at
+    the recent norms and the buffer's finite ones so far, ascending): ``max_norm_ratio`` times the lowest the
+    median can fall to (every arrival to come a zero norm); 0 where that is 0 (none is sure), inf where the rule
+    cannot apply (the buffer's pool stays under ``min_history``). :func:`judge_arrival` accepts a finite update at
     or under it; an update held above it can be judged again against a fuller buffer with it."""
-    pool = np.asarray(pool, np.float64)
     if config.max_norm_ratio is None or (remaining is not None and len(pool) + remaining < config.min_history):
         return math.inf
-    lowest = _median_with_zeros(pool, remaining) if remaining is not None and len(pool) else 0.0
+    lowest = median_of_sorted(pool, remaining) if remaining is not None and len(pool) else 0.0
     return config.max_norm_ratio * lowest if lowest > 0 else 0.0
