@@ -248,7 +248,10 @@ def measure(num_clients: int, concurrency: int, aggregations: int, strategy: str
         "largest_train_flush": sim.executor.largest_flush, "evicted_results": sim.executor.evicted,
         # how the aggregation holds its updates: a running sum folding them in as they arrive (fleet/running_sum.py),
         # or the buffer of K gathered at the aggregation
-        "aggregation": "buffer" if getattr(sim, "_running", None) is None else "running sum",
+        "aggregation": sim.aggregation_path,
+        "rejected_updates": [sim.acct.rejected_updates_nonfinite, sim.acct.rejected_updates_norm],
+        # update_guard.median_over=arrivals: verdicts at arrival unlike the median over the whole buffer's
+        "guard_verdicts_unlike_buffer": sim.acct.guard_verdicts_unlike_buffer,
         "delta_store_rows": sim.executor.deltas.capacity, "version_store_rows": sim.executor.store.capacity,
         "tasks_per_call_mean": sim.engine.records.summary().get("train", {}).get("mean_tasks_per_call"),
     }

@@ -253,6 +253,7 @@ def test_the_online_median_and_what_it_holds():
     _, base = run("fedbuff", "always")
     assert not sim._running.held and digest(sim) == digest(run("fedbuff", "always")[0])
     assert sim.acct.rejected_updates_norm == base.accounting.rejected_updates_norm == 0
+    assert sim.acct.guard_verdicts_unlike_buffer == 0  # counted against the median over each whole buffer
 
 
 def test_a_snapshot_in_the_middle_of_an_aggregation_resumes_exactly(tmp_path):

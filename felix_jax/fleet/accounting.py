@@ -37,6 +37,9 @@ class Accounting:
     zero_weight_updates: int = 0
     rejected_updates_nonfinite: int = 0  # dropped by the update guard: NaN or Inf
     rejected_updates_norm: int = 0  # dropped by the update guard: L2 norm out of bounds
+    # update_guard.median_over=arrivals: updates judged at their arrival otherwise than the median over their whole
+    # buffer would have judged them (fleet/running_sum.py; 0 under the buffer's median)
+    guard_verdicts_unlike_buffer: int = 0
     # adversarial clients (cohort/adversary.py): how many the population holds, their training tasks, their
     # updates that entered an aggregation, those accepted with weight > 0, and the weight they were given
     adversarial_clients: int = 0

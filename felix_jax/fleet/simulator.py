@@ -231,6 +231,11 @@ class FleetSimulator:
     def round(self) -> int:
         return self.version
 
+    @property
+    def aggregation_path(self) -> str:
+        """"running sum": updates folded in as they arrive (:mod:`.running_sum`); "buffer": gathered at the end."""
+        return "buffer" if self._running is None else "running sum"
+
     def in_flight(self, kind: str = "train") -> list[Task]:
         return [t for t in self.tasks.values() if t.kind == kind and t.in_flight and not t.replied]
 
@@ -754,6 +759,8 @@ class FleetSimulator:
             at_arrival = Verdict(np.array([a.accepted for a in arrived], bool),
                                  np.array([a.nonfinite for a in arrived], bool),
                                  np.array([a.over_norm for a in arrived], bool), None)
+            whole = judge_updates(finite, norms, self._guard_norms, self.update_guard)  # what the buffer's says
+            self.acct.guard_verdicts_unlike_buffer += int((whole.accepted != at_arrival.accepted).sum())
         keep = self._judge(finite, norms, at_arrival).accepted
         # a verdict given at an arrival is the buffer's (judge_arrival's bound): the running sum holds what the
         # buffered path accepts
