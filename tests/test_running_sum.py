@@ -300,6 +300,8 @@ def test_the_memory_floor_does_not_grow_with_k():
     assert "400 buffered updates and two copies at aggregation" in buffered and need(buffered) > need(large) + 700
     exact = refusal("auto", 400)  # the median over the whole buffer: up to about half of it held
     assert "201 updates held for the update guard's median" in exact
+    assert exact.endswith("set update_guard.median_over=arrivals (no update held for the median) or lower "
+                          "aggregation_goal")
 
 
 def test_config_json_records_the_switch():

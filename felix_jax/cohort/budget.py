@@ -278,7 +278,10 @@ def _refusal(plan: MemoryPlan, versions: int, concurrency: int, aggregation_goal
     engine = need - plan.besides_bytes
     held = (plan.buffer_rows * plan.row_bytes + plan.aggregation_bytes) if plan.fold_rows is None else \
         (plan.buffer_rows - plan.fold_rows) * plan.row_bytes
-    lower = " or lower aggregation_goal" if held >= engine / 4 else ""
+    lower = ""
+    if held >= engine / 4:  # what the aggregation holds is much of it: K, or the rows the guard's median holds
+        lower = (" or lower aggregation_goal" if plan.fold_rows is None else
+                 ", set update_guard.median_over=arrivals (no update held for the median) or lower aggregation_goal")
     return (f"concurrency={concurrency} with aggregation_goal={aggregation_goal} needs at least {need / MB:,.1f} MB "
             f"({need / GB:,.2f} GB) for {model_name} ({plan.row_bytes / MB:,.2f} MB an update): "
             + ", ".join(f"{what} {b / MB:,.1f} MB" for what, b in parts if b >= MB / 20)  # none that reads 0.0
