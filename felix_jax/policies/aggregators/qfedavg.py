@@ -24,7 +24,7 @@ powers, as the q-FFL code does, so a zero loss with ``q < 1`` stays finite.
 clients' local step size (``qffedavg.py``: ``1.0/self.learning_rate``), which a scenario sets when it
 leaves ``lipschitz`` unset (``Scenario.resolve_strategy``); the config's own default, 20, is that of
 the default scenario's step size 0.05. The step is the paper's as it is:
-``server_lr`` is 1.
+``server_lr`` is 1 by default.
 """
 
 from __future__ import annotations
@@ -47,14 +47,18 @@ class QFedAvgConfig:
     # L, the Lipschitz estimate (Algorithm 2): 1 / the clients' learning rate, which a scenario sets unless
     # given (20: 1 / the default scenario's 0.05)
     lipschitz: float = 20.0
+    server_lr: float = 1.0  # the paper's step as it is; another value scales it, as for every aggregator
 
-    RANGES: ClassVar[Mapping[str, Range]] = {"q": Range.at_least(0), "lipschitz": Range.above(0)}
+    RANGES: ClassVar[Mapping[str, Range]] = {"q": Range.at_least(0), "lipschitz": Range.above(0),
+                                             "server_lr": Range.above(0)}
 
     def __post_init__(self):
         if not (math.isfinite(self.q) and self.q >= 0):
             raise ValueError(f"q={self.q!r}: must be a finite number >= 0")
         if not (math.isfinite(self.lipschitz) and self.lipschitz > 0):
             raise ValueError(f"lipschitz={self.lipschitz!r}: must be a finite number > 0")
+        if not (math.isfinite(self.server_lr) and self.server_lr > 0):
+            raise ValueError(f"server_lr={self.server_lr!r}: must be a finite number > 0")
 
 
 def qfedavg_weights(start_loss, delta_norms, q: float, lipschitz: float) -> np.ndarray:
@@ -76,4 +80,4 @@ def make_qfedavg(config: QFedAvgConfig = QFedAvgConfig()) -> Aggregator:
         losses = info.loss_mean if info.start_loss is None else info.start_loss
         return qfedavg_weights(losses, info.delta_norms, config.q, config.lipschitz)
 
-    return Aggregator("qfedavg", weights, normalize=False, server_lr=1.0, accepts_stale=False)
+    return Aggregator("qfedavg", weights, normalize=False, server_lr=config.server_lr, accepts_stale=False)
