@@ -317,3 +317,18 @@ def test_a_new_bound_value_does_not_retrace():
     size = deltas_mod._bound._cache_size()
     clip_or_normalize_deltas(BOUND, "clip", 2.0)  # a new bound value is traced, not static
     assert deltas_mod._bound._cache_size() == size
+
+
+def test_an_augmented_buffer_info_carries_every_field_of_buffer_info():
+    # augment_info hands the weights a BufferInfo plus the rule's own column; a field added to BufferInfo
+    # (start_loss, work_fraction) must reach those weights too, not be dropped by a copy of the fields
+    from felix_jax.policies.aggregators.base import BufferInfo
+    from felix_jax.policies.aggregators.byzantine import SelectionInfo
+    from felix_jax.policies.aggregators.refl_saa import REFLBufferInfo
+
+    k = 3
+    info = BufferInfo(np.arange(k), np.ones(k), np.ones(k), np.ones(k), np.ones(k), label_time_s=np.zeros(k),
+                      proxy_fraction=np.zeros(k), start_loss=np.full(k, 2.0), work_fraction=np.full(k, 0.5))
+    for augmented in (SelectionInfo.of(info, [True, False, True]), REFLBufferInfo.of(info, [0.1, 0.2, 0.3])):
+        for field in BufferInfo._fields:
+            assert getattr(augmented, field) is getattr(info, field), (type(augmented).__name__, field)

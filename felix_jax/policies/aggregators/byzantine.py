@@ -274,11 +274,12 @@ class SelectionInfo(NamedTuple):
     selected: np.ndarray  # (K,) bool: the rule selected the update
     label_time_s: np.ndarray | None = None  # as BufferInfo's
     proxy_fraction: np.ndarray | None = None
+    start_loss: np.ndarray | None = None
+    work_fraction: np.ndarray | None = None
 
     @classmethod
     def of(cls, info: BufferInfo, selected) -> "SelectionInfo":
-        return cls(info.staleness, info.num_samples, info.utility, info.loss_mean, info.delta_norms,
-                   np.asarray(selected, bool), info.label_time_s, info.proxy_fraction)
+        return cls(**info._asdict(), selected=np.asarray(selected, bool))
 
 
 def selection_weights(info: SelectionInfo) -> np.ndarray:

@@ -74,11 +74,12 @@ class REFLBufferInfo(NamedTuple):
     relative_change: np.ndarray  # (K,) float: Lambda_i from relative_change(); ignored for fresh rows
     label_time_s: np.ndarray | None = None  # as BufferInfo's
     proxy_fraction: np.ndarray | None = None
+    start_loss: np.ndarray | None = None
+    work_fraction: np.ndarray | None = None
 
     @classmethod
     def of(cls, info: BufferInfo, relative_change) -> "REFLBufferInfo":
-        return cls(info.staleness, info.num_samples, info.utility, info.loss_mean, info.delta_norms,
-                   np.asarray(relative_change, dtype=np.float64), info.label_time_s, info.proxy_fraction)
+        return cls(**info._asdict(), relative_change=np.asarray(relative_change, dtype=np.float64))
 
 
 @jax.jit
