@@ -42,17 +42,15 @@ def sha256_file(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
-def _size_text(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
+def size_text(n: float | None) -> str:
+    """``170.1 MB`` (decimal units, as download sizes are quoted); ``?`` for an unknown size."""
+    if n is None:
+        return "?"
+    for unit in ("B", "KB", "MB"):
+        if n < 1000:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000
     return f"{n:.1f} GB"
-
-
-def size_text(n: int | None) -> str:
-    """``170.1 MB`` (decimal units, as download sizes are quoted); ``?`` for an unknown size."""
-    return "?" if n is None else _size_text(float(n))
 
 
 def writable_folder(folder: Path, setting: str) -> Path:
@@ -127,7 +125,7 @@ def download(url: str, dest: str | os.PathLike, *, sha256: str | None = None, si
         raise DownloadError(f"cannot fetch {url}: no such file") from None
     except (OSError, urllib.error.URLError, ValueError) as e:
         reason = getattr(e, "reason", None) or e
-        kept = f"; {_size_text(offset)} downloaded so far are kept in {part} and the same command resumes" \
+        kept = f"; {size_text(offset)} downloaded so far are kept in {part} and the same command resumes" \
             if offset else ""
         raise DownloadError(f"cannot fetch {url}: {reason} (offline? a proxy?){kept}") from None
     if not from_offset:  # the server ignored the Range request: start again
@@ -147,7 +145,7 @@ def download(url: str, dest: str | os.PathLike, *, sha256: str | None = None, si
                     block = source.read(CHUNK_BYTES)
                 except (OSError, urllib.error.URLError, ValueError) as e:  # a dropped connection
                     out.flush()
-                    raise DownloadError(f"the download of {url} was cut ({e}); {_size_text(out.tell())} are kept "
+                    raise DownloadError(f"the download of {url} was cut ({e}); {size_text(out.tell())} are kept "
                                         f"in {part} and the same command resumes from there") from None
                 if not block:
                     break

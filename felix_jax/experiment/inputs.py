@@ -115,14 +115,6 @@ def data_needed(sc: Scenario) -> list[str]:
     return need
 
 
-def needs_data_folder(sc: Scenario) -> bool:
-    """Whether a run of ``sc`` reads a data set that is fetched rather than shipped (CIFAR-10, Speech
-    Commands): the ones :func:`missing_data` checks before any work."""
-    from ..data import catalog
-
-    return any(not catalog.get(name).shipped for name in data_needed(sc))
-
-
 def missing_data(sc: Scenario) -> str | None:
     """One line naming the first data set a run of ``sc`` needs that is not here, the file looked for and
     the command that gets it; None when every one is here. Said before any work (no results folder)."""
