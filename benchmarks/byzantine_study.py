@@ -1,0 +1,222 @@
+"""Robust aggregation under churn and attack: FeLiX's selectors with six aggregation rules, honest and with
+adversarial clients, and FedProx's partial work against resume.
+
+    python benchmarks/byzantine_study.py                          # every phase, in priority order
+    python benchmarks/byzantine_study.py --phases 0,1 --workers 2 # the first phases only
+    python benchmarks/byzantine_study.py --table-only             # tabulate what finished
+
+The fleet is ``cifar10-longhorizon``'s (300 clients, the paper's sizes, delays and recorded traces, the
+600 s start offset, c = 30, K = 10, the 12,000-image subset, 250 test images, target 0.29), on MobiPerf
+(``ref:mobiperf_3st_50``) and 50% (``ref:syn_50``), with a horizon of ``--hours`` virtual hours (default 1.5,
+for cost: the preset's is 3; a cell that does not reach the target by then reports its final accuracy).
+
+**Rules** (every one on FeLiX's selectors and TierTrack; each rule's step size is FeLiX's, 0.3):
+TierFuse (``felix``), FedBuff's weights (``felix-no-tierfuse``), the coordinate-wise trimmed mean and
+median, Multi-Krum and Bulyan. Their parameters follow the threat model, fixed before any cell ran: 30%
+of the fleet adversarial is 3 of a buffer of K = 10 if attackers arrive at the fleet's rate, so the trimmed
+mean drops 30% at each end and Multi-Krum assumes f = 3 (m = K - f = 7); Bulyan needs K >= 4f + 3, so f = 1
+is the most it takes at K = 10. The same configured rules run honest and attacked.
+
+**Settings**: ``honest``; ``sign_flip-30`` (30% of the clients, drawn once from the seed, send -delta);
+``sign_flip-10``; ``scale-30`` (30% send 5 x delta: inside the update guard's 10 x median, so the guard
+does not catch it). **FedProx** (``fedprox``, honest): ``fedprox-async`` (prox_mu 0.01, FedBuff weights)
+with ``interruption=partial`` (a client that leaves sends the steps it finished) against ``resume``.
+
+Each setting is one ``benchmarks/paper_matrix.py`` folder under ``--out`` (resumable: finished cells are
+kept; Ctrl-C stops the running cells with snapshots and the same command continues). Phases run in
+priority order (``PHASES``): honest and sign_flip-30 seed by seed, then FedProx, then the 10% and scaled
+attacks. The table (``--out``/study.md, ``--json``): per regime and rule, hours to target
+(seeds reached / run) and final accuracy honest and attacked, the paired ratio attacked / honest by seed
+(geometric mean, 95% t interval), the paired ratio to TierFuse in the same setting, and the share of the
+aggregation weight adversarial updates got (``summary.json``'s ``adversarial_weight_share``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import paper_matrix  # noqa: E402
+
+from felix_jax.commands import command_parser, comma_list, output_file, positive_float, run_script  # noqa: E402
+from felix_jax.experiment.compare import paired_ratio  # noqa: E402
+
+SCENARIO = "cifar10-longhorizon"
+REGIMES = ["ref:mobiperf_3st_50", "ref:syn_50"]
+RULES = ["felix", "felix-no-tierfuse", "felix@aggregator.name=trimmed-mean;aggregator.trim=0.3",
+         "felix@aggregator.name=median", "felix@aggregator.name=multi-krum;aggregator.f=3",
+         "felix@aggregator.name=bulyan;aggregator.f=1"]
+RULE_NAMES = {"felix": "TierFuse", "felix-no-tierfuse": "FedBuff weights", RULES[2]: "trimmed mean (30%)",
+              RULES[3]: "median", RULES[4]: "Multi-Krum (f = 3)", RULES[5]: "Bulyan (f = 1)"}
+FEDPROX = ["fedprox-async", "fedprox-async@interruption=resume"]
+SETTINGS = {"honest": [], "sign_flip-30": ["adversary.fraction=0.3", "adversary.kind=sign_flip"],
+            "sign_flip-10": ["adversary.fraction=0.1", "adversary.kind=sign_flip"],
+            "scale-30": ["adversary.fraction=0.3", "adversary.kind=scale:5"], "fedprox": []}
+# (setting, seeds), in the order they run
+# (setting, seeds), in the order they run: a seed's honest and attacked cells together, so that a study cut
+# short holds whole pairs
+PHASES = [("honest", "0"), ("sign_flip-30", "0"), ("honest", "1"), ("sign_flip-30", "1"), ("honest", "2"),
+          ("sign_flip-30", "2"), ("fedprox", "0,1,2"), ("sign_flip-10", "0,1,2"), ("scale-30", "0,1,2")]
+SEEDS = [0, 1, 2]
+
+
+def matrix_argv(setting: str, seeds: str, out: Path, workers: int, hours: float, budget_s: float,
+                table_only: bool = False) -> list[str]:
+    strategies = FEDPROX if setting == "fedprox" else RULES
+    argv = ["--scenario", SCENARIO, "--strategies", ",".join(strategies), "--regimes", ",".join(REGIMES),
+            "--ablations", "", "--seeds", seeds, "--workers", str(workers), "--out", str(out / setting),
+            "--set", f"max_virtual_hours={hours:g}"]
+    for item in SETTINGS[setting]:
+        argv += ["--set", item]
+    if table_only:
+        return argv + ["--table-only"]
+    return argv + (["--budget-s", f"{budget_s:.0f}"] if budget_s < float("inf") else [])
+
+
+def collect(out: Path, hours: float) -> dict[str, list[dict]]:
+    """The finished rows of every setting, with each cell's summary.json (its adversarial counts)."""
+    rows = {}
+    for setting in SETTINGS:
+        if not (out / setting).is_dir():
+            continue
+        base = paper_matrix.get_preset(SCENARIO).with_overrides(
+            paper_matrix.parse_sets([f"max_virtual_hours={hours:g}", *SETTINGS[setting]]))
+        regimes = paper_matrix.resolve_regimes(base, REGIMES)
+        strategies = FEDPROX if setting == "fedprox" else RULES
+        cells = [(st, rg, sd) for sd in SEEDS for rg in regimes for st in strategies]
+        rows[setting] = paper_matrix.finished_rows(out / setting, base, cells)
+    return rows
+
+
+def _hours(rows, st, rg):
+    return {r["seed"]: r.get("time_to_target_h") for r in rows if r["strategy"] == st and r["availability"] == rg}
+
+
+def _paired(a: dict, b: dict) -> str:
+    """a / b paired by seed over the seeds both reached: geometric mean [95% t interval] (n)."""
+    ratios = [a[s] / b[s] for s in sorted(set(a) & set(b)) if a[s] is not None and b[s] is not None]
+    p = paired_ratio(ratios)
+    if p is None:
+        return "-"
+    if p["n"] < 2:
+        return f"x{p['geomean']:.2f} (n=1)"
+    return f"x{p['geomean']:.2f} [{p['ci95_low']:.2f}, {p['ci95_high']:.2f}] (n={p['n']})"
+
+
+def _reached(h: dict) -> str:
+    got = [v for v in h.values() if v is not None]
+    if not h:
+        return "-"
+    mean = f" {np.mean(got):.2f} h" if got else ""
+    return f"{len(got)}/{len(h)}{mean}"
+
+
+def _final(rows, st, rg) -> str:
+    acc = [r["final_accuracy"] for r in rows if r["strategy"] == st and r["availability"] == rg
+           and r.get("final_accuracy") is not None]
+    return f"{np.mean(acc):.3f}" if acc else "-"
+
+
+def _share(rows, st, rg) -> str:
+    vals = [r["_summary"].get("adversarial_weight_share") for r in rows
+            if r["strategy"] == st and r["availability"] == rg]
+    vals = [v for v in vals if v is not None]
+    return f"{100 * np.mean(vals):.0f}%" if vals else "-"
+
+
+def study_table(rows_by: dict[str, list[dict]], hours: float) -> str:
+    honest = rows_by.get("honest", [])
+    lines = []
+    regimes = sorted({r["availability"] for rows in rows_by.values() for r in rows}, key=str)
+    for setting in [s for s in SETTINGS if s not in ("honest", "fedprox") and s in rows_by]:
+        attacked = rows_by[setting]
+        lines += [f"### {setting} against honest (horizon {hours:g} h; hours to target: seeds reached / run, "
+                  "mean over those that reached)", "",
+                  "| regime | rule | honest: reached, hours | final acc | attacked: reached, hours | final acc "
+                  "| attacked / honest, paired | attacked / TierFuse attacked, paired | adversarial weight share |",
+                  "|---|---|---|---:|---|---:|---|---|---:|"]
+        for rg in regimes:
+            for st in RULES:
+                h, a = _hours(honest, st, rg), _hours(attacked, st, rg)
+                if not h and not a:
+                    continue
+                lines.append(f"| {paper_matrix.regime_label(rg)} | {RULE_NAMES[st]} | {_reached(h)} | "
+                             f"{_final(honest, st, rg)} | {_reached(a)} | {_final(attacked, st, rg)} | {_paired(a, h)} | "
+                             f"{'-' if st == 'felix' else _paired(a, _hours(attacked, 'felix', rg))} | "
+                             f"{_share(attacked, st, rg)} |")
+        lines.append("")
+    if "honest" in rows_by and not any(s in rows_by for s in SETTINGS if s not in ("honest", "fedprox")):
+        lines += ["### honest", "", "| regime | rule | reached, hours | final acc |", "|---|---|---|---:|"]
+        for rg in regimes:
+            for st in RULES:
+                h = _hours(honest, st, rg)
+                if h:
+                    lines.append(f"| {paper_matrix.regime_label(rg)} | {RULE_NAMES[st]} | {_reached(h)} | "
+                                 f"{_final(honest, st, rg)} |")
+        lines.append("")
+    if "fedprox" in rows_by:
+        fp = rows_by["fedprox"]
+        lines += [f"### FedProx (prox_mu 0.01, FedBuff weights, random selection): partial work against resume "
+                  f"(honest, horizon {hours:g} h)", "",
+                  "| regime | partial: reached, hours | final acc | resume: reached, hours | final acc "
+                  "| partial / resume, paired |", "|---|---|---:|---|---:|---|"]
+        for rg in regimes:
+            p, r = _hours(fp, FEDPROX[0], rg), _hours(fp, FEDPROX[1], rg)
+            if p or r:
+                lines.append(f"| {paper_matrix.regime_label(rg)} | {_reached(p)} | {_final(fp, FEDPROX[0], rg)} | "
+                             f"{_reached(r)} | {_final(fp, FEDPROX[1], rg)} | {_paired(p, r)} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> dict:
+    ap = command_parser(__doc__)
+    ap.add_argument("--workers", type=int, default=2, help="cells run at a time (processes)")
+    ap.add_argument("--out", default="results/byzantine-study", help="the study's folder (one matrix per setting)")
+    ap.add_argument("--hours", type=positive_float, default=1.5, help="virtual hours each cell may run")
+    ap.add_argument("--budget-s", type=positive_float, default=float("inf"), help="stop starting cells after this long")
+    ap.add_argument("--phases", default=None,
+                    help=f"comma-separated phase numbers (0-{len(PHASES) - 1}) to run; default: all, in order")
+    ap.add_argument("--table-only", action="store_true", help="run nothing: tabulate the cells finished under --out")
+    ap.add_argument("--json", type=output_file, default=None, help="write the table and the rows here")
+    args = ap.parse_args(argv)
+    chosen = range(len(PHASES)) if args.phases is None else comma_list(args.phases, "--phases", int)
+    unknown = [p for p in chosen if not 0 <= p < len(PHASES)]
+    if unknown:
+        raise ValueError(f"--phases {args.phases}: no phase {unknown[0]} (phases are 0-{len(PHASES) - 1})")
+    out = Path(args.out)
+    if args.table_only and not out.is_dir():
+        raise FileNotFoundError(f"--out {args.out}: no such folder: --table-only tabulates the cells the study "
+                                "finished there (run it without --table-only first)")
+    t0 = time.time()
+    if not args.table_only:
+        for i in chosen:
+            setting, seeds = PHASES[i]
+            left = args.budget_s - (time.time() - t0)
+            if left <= 0:
+                break
+            print(f"== phase {i}: {setting}, seeds {seeds}", flush=True)
+            paper_matrix.main(matrix_argv(setting, seeds, out, args.workers, args.hours, left))
+    rows_by = collect(out, args.hours)
+    table = study_table(rows_by, args.hours)
+    print(table)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "study.md").write_text(table + "\n")
+    if args.json:
+        Path(args.json).write_text(json.dumps(
+            {"scenario": SCENARIO, "hours": args.hours, "rules": RULES, "settings": SETTINGS, "table": table,
+             "rows": {s: [{k: v for k, v in r.items() if k != "_summary"} |
+                          {"adversarial_weight_share": r["_summary"].get("adversarial_weight_share"),
+                           "adversarial_updates": r["_summary"].get("adversarial_updates"),
+                           "adversarial_updates_accepted": r["_summary"].get("adversarial_updates_accepted")}
+                          for r in rows] for s, rows in rows_by.items()}}, indent=1, default=str))
+    return {"table": table, "rows": rows_by}
+
+
+if __name__ == "__main__":
+    run_script("byzantine_study.py", main)
