@@ -52,7 +52,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import paper_matrix  # noqa: E402
 
-from felix_jax.commands import command_parser, comma_list, output_file, positive_float, run_script  # noqa: E402
+from felix_jax.commands import command_parser, output_file, phase_list, positive_float, run_script  # noqa: E402
 from felix_jax.experiment.compare import paired_ratio  # noqa: E402
 
 HERE = Path(__file__).resolve().parent / "learner_ladder"
@@ -249,10 +249,7 @@ def main(argv=None) -> dict:
                     help="run nothing: tabulate the cells finished under --out")
     ap.add_argument("--json", type=output_file, default=None, help="write the table and the rows here")
     args = ap.parse_args(argv)
-    chosen = range(len(PHASES)) if args.phases is None else comma_list(args.phases, "--phases", int)
-    unknown = [p for p in chosen if not 0 <= p < len(PHASES)]
-    if unknown:
-        raise ValueError(f"--phases {args.phases}: no phase {unknown[0]} (phases are 0-{len(PHASES) - 1})")
+    chosen = phase_list(args.phases, len(PHASES))
     if args.table_only and not Path(args.out).is_dir():
         raise FileNotFoundError(f"--out {args.out}: no such folder: --table-only tabulates the cells the ladder "
                                 "finished there (run it without --table-only first)")

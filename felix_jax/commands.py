@@ -74,6 +74,16 @@ def seed_list(text: str, what: str = "--seeds") -> list[int]:
     return seeds
 
 
+def phase_list(text: str | None, count: int, what: str = "--phases") -> list[int]:
+    """A benchmark's ``--phases``: ``None`` as every phase ``0..count-1`` in order, else ``"0,2"`` as ``[0, 2]``;
+    a ``ValueError`` (one line naming ``what`` and the phases there are) for a number with no phase."""
+    chosen = list(range(count)) if text is None else comma_list(text, what, int)
+    unknown = [p for p in chosen if not 0 <= p < count]
+    if unknown:
+        raise ValueError(f"{what} {text}: no phase {unknown[0]} (phases are 0-{count - 1})")
+    return chosen
+
+
 # argparse ``type=`` checkers: argparse reports a refused value as ``PROG: error: argument --OPTION: message``
 # (naming the option) before the script does anything, and applies them only to values given as text: a
 # default of ``None`` stays ``None`` (the script's own default applies), never a given 0 replaced by it.

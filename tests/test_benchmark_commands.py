@@ -103,6 +103,16 @@ def test_learner_ladder_mistakes_end_in_one_line(tmp_path):
         assert str(stop.value.code).startswith(expected), stop.value.code
 
 
+def test_byzantine_study_mistakes_end_in_one_line(tmp_path):
+    module = _script("byzantine_study")
+    for argv, expected in ((["--phases", "0,99"], "byzantine_study.py: --phases 0,99: no phase 99 (phases are 0-"),
+                           (["--phases", "x"], "byzantine_study.py: --phases expects comma-separated ints"),
+                           (["--table-only", "--out", str(tmp_path / "none")], "byzantine_study.py: --out ")):
+        with pytest.raises(SystemExit) as stop:
+            run_script("byzantine_study.py", module.main, argv)
+        assert str(stop.value.code).startswith(expected), stop.value.code
+
+
 def test_no_traceback_from_the_shell():
     env = {k: v for k, v in os.environ.items() if k != "FELIX_JAX_DATA"}
     done = subprocess.run([sys.executable, str(BENCHMARKS / "paper_matrix.py"), "--strategies", "felx"],
