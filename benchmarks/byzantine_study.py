@@ -24,8 +24,8 @@ with ``interruption=partial`` (a client that leaves sends the steps it finished)
 
 Each setting is one ``benchmarks/paper_matrix.py`` folder under ``--out`` (resumable: finished cells are
 kept; Ctrl-C stops the running cells with snapshots and the same command continues). Phases run in
-priority order (``PHASES``): honest and sign_flip-30 seed by seed, then FedProx, then the 10% and scaled
-attacks. The table (``--out``/study.md, ``--json``): per regime and rule, hours to target
+priority order (``PHASES``): honest and sign_flip-30 for seeds 0 and 1, FedProx, their seed 2, then the 10%
+and scaled attacks. The table (``--out``/study.md, ``--json``): per regime and rule, hours to target
 (seeds reached / run) and final accuracy honest and attacked, the paired ratio attacked / honest by seed
 (geometric mean, 95% t interval), the paired ratio to TierFuse in the same setting, and the share of the
 aggregation weight adversarial updates got (``summary.json``'s ``adversarial_weight_share``).
@@ -60,8 +60,8 @@ SETTINGS = {"honest": [], "sign_flip-30": ["adversary.fraction=0.3", "adversary.
 # (setting, seeds), in the order they run
 # (setting, seeds), in the order they run: a seed's honest and attacked cells together, so that a study cut
 # short holds whole pairs
-PHASES = [("honest", "0"), ("sign_flip-30", "0"), ("honest", "1"), ("sign_flip-30", "1"), ("honest", "2"),
-          ("sign_flip-30", "2"), ("fedprox", "0,1,2"), ("sign_flip-10", "0,1,2"), ("scale-30", "0,1,2")]
+PHASES = [("honest", "0"), ("sign_flip-30", "0"), ("honest", "1"), ("sign_flip-30", "1"), ("fedprox", "0,1,2"),
+          ("honest", "2"), ("sign_flip-30", "2"), ("sign_flip-10", "0,1,2"), ("scale-30", "0,1,2")]
 SEEDS = [0, 1, 2]
 
 
@@ -116,6 +116,14 @@ def _reached(h: dict) -> str:
     return f"{len(got)}/{len(h)}{mean}"
 
 
+def _diverged(rows, st, rg) -> str:
+    """How many of the cell's seeds stopped as diverged (the update guard rejected every update of 5 buffers in
+    a row), as a suffix; empty when none did."""
+    n = sum(1 for r in rows if r["strategy"] == st and r["availability"] == rg
+            and str(r.get("stop_reason") or "").startswith("diverged"))
+    return f", {n} diverged" if n else ""
+
+
 def _final(rows, st, rg) -> str:
     acc = [r["final_accuracy"] for r in rows if r["strategy"] == st and r["availability"] == rg
            and r.get("final_accuracy") is not None]
@@ -146,7 +154,8 @@ def study_table(rows_by: dict[str, list[dict]], hours: float) -> str:
                 if not h and not a:
                     continue
                 lines.append(f"| {paper_matrix.regime_label(rg)} | {RULE_NAMES[st]} | {_reached(h)} | "
-                             f"{_final(honest, st, rg)} | {_reached(a)} | {_final(attacked, st, rg)} | {_paired(a, h)} | "
+                             f"{_final(honest, st, rg)} | {_reached(a)}{_diverged(attacked, st, rg)} | {_final(attacked, st, rg)} | "
+                             f"{_paired(a, h)} | "
                              f"{'-' if st == 'felix' else _paired(a, _hours(attacked, 'felix', rg))} | "
                              f"{_share(attacked, st, rg)} |")
         lines.append("")

@@ -412,13 +412,14 @@ def test_byzantine_study_tabulates_each_rule_attacked_against_honest_paired_by_s
                 "_summary": {"adversarial_weight_share": share}}
     mk = study.RULES[4]  # Multi-Krum
     honest = [row("felix", 0, 1.0, 0.30), row("felix", 1, 2.0, 0.30), row(mk, 0, 1.0, 0.30), row(mk, 1, 1.0, 0.30)]
-    attacked = [row("felix", 0, None, 0.10, 0.3), row("felix", 1, None, 0.12, 0.5),
+    attacked = [row("felix", 0, None, 0.10, 0.3) | {"stop_reason": "diverged: no client update accepted"},
+                row("felix", 1, None, 0.12, 0.5) | {"stop_reason": "max_virtual_s"},
                 row(mk, 0, 2.0, 0.30, 0.1), row(mk, 1, 4.0, 0.29, 0.2)]
     table = study.study_table({"honest": honest, "sign_flip-30": attacked}, 1.5)
     lines = {ln.split("|")[2].strip(): [c.strip() for c in ln.strip("|").split("|")]
              for ln in table.splitlines() if ln.startswith("| 50%")}
     # TierFuse: reached both seeds honest (mean 1.5 h), neither attacked: no paired ratio, the final accuracy shown
-    assert lines["TierFuse"][2:] == ["2/2 1.50 h", "0.300", "0/2", "0.110", "-", "-", "40%"]
+    assert lines["TierFuse"][2:] == ["2/2 1.50 h", "0.300", "0/2, 1 diverged", "0.110", "-", "-", "40%"]
     # Multi-Krum: attacked / honest per seed 2 and 4 -> geometric mean sqrt(8) = 2.83; TierFuse never got there
     cells = lines["Multi-Krum (f = 3)"]
     assert cells[2:6] == ["2/2 1.00 h", "0.300", "2/2 3.00 h", "0.295"]
