@@ -211,6 +211,12 @@ def main(argv=None) -> dict:
     rows_by = collect(out, args.hours)
     table = study_table(rows_by, args.hours)
     print(table)
+    for setting, rows in rows_by.items():  # each setting's curves, every rule drawn (paper_matrix's own draws its main)
+        strategies = FEDPROX if setting == "fedprox" else RULES
+        regimes = list(dict.fromkeys(r["availability"] for r in rows))
+        figures = paper_matrix.draw_figures(rows, strategies, regimes, out / setting, main=strategies)
+        if figures:
+            print(f"{setting}: " + ", ".join(str(f) for f in figures))
     out.mkdir(parents=True, exist_ok=True)
     (out / "study.md").write_text(table + "\n")
     if args.json:

@@ -214,17 +214,20 @@ def finished_rows(out: Path, base, cells: list[tuple[str, str, int]]) -> list[di
     return rows
 
 
-def draw_figures(rows: list[dict], strategies: list[str], regimes: list[str], out: Path) -> list[Path]:
+def draw_figures(rows: list[dict], strategies: list[str], regimes: list[str], out: Path,
+                 main: list[str] | None = None) -> list[Path]:
     """Under ``out``/figures: the accuracy curves, bytes and distributions of compare
     (accuracy.png, bytes.png, cdfs.png) and the paper's diagnostic figures (selection.png,
-    eval_tier.png, late_weights.png: felix_jax/experiment/figures/paper.py)."""
+    eval_tier.png, late_weights.png: felix_jax/experiment/figures/paper.py). The accuracy curves are the
+    ``main`` matrix's strategies (the ``--strategies`` given; default :data:`MAIN_STRATEGIES`), not the
+    ablations'."""
     if not rows:
         return []
     fig_dir = out / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
     have = {r["strategy"] for r in rows}
     strategies = [st for st in strategies if st in have]
-    main = [st for st in strategies if st in MAIN_STRATEGIES]  # the accuracy curves: the main matrix only
+    main = [st for st in strategies if st in (MAIN_STRATEGIES if main is None else main)]
     return plot_comparison(rows, main or strategies, regimes, fig_dir, paper_ratios=paper_ratios(strategies, regimes)) + \
         plot_paper_figures(rows, strategies, regimes, fig_dir, label=regime_label)
 
@@ -322,7 +325,7 @@ def main(argv=None) -> dict:
         diagnostics = diagnostics_table(rows, every, all_regimes)
         print(table + "\n\n" + diagnostics)
         (out / "table.md").write_text(table + "\n\n" + diagnostics + "\n")
-        figures = draw_figures(rows, every, all_regimes, out)
+        figures = draw_figures(rows, every, all_regimes, out, main=strategies)
         print("figures: " + ", ".join(str(f) for f in figures))
         return {"rows": rows, "table": table, "diagnostics": diagnostics}
     t0 = time.perf_counter()
@@ -348,7 +351,7 @@ def main(argv=None) -> dict:
         print(f"not run within the {args.budget_s:.0f} s budget: {', '.join(skipped)}")
     out.mkdir(parents=True, exist_ok=True)
     (out / "table.md").write_text(table + "\n\n" + diagnostics + "\n")
-    figures = draw_figures(rows, every, all_regimes, out)
+    figures = draw_figures(rows, every, all_regimes, out, main=strategies)
     print("figures: " + ", ".join(str(f) for f in figures))
     result = {"scenario": base.to_json(), "backend": jax.default_backend(), "device": str(jax.devices()[0]),
               "rows": [{k: v for k, v in r.items() if k != "_summary"} for r in rows], "table": table,

@@ -362,6 +362,19 @@ def test_a_sweeps_variants_stay_visible_where_their_curves_coincide(sweep, drawn
     assert "marker" not in strategy_styles(STRATEGIES, "felix")["felix"]
 
 
+def test_a_swapped_component_is_a_strategy_of_its_own_color_and_its_options_are_variants():
+    rules = ["felix", "felix-no-tierfuse", "felix@aggregator.name=median",
+             "felix@aggregator.name=multi-krum;aggregator.f=3", "felix@aggregator.name=multi-krum;aggregator.f=1",
+             "felix@timeout_s=30"]
+    styles = strategy_styles(rules, "felix")
+    colors = [str(styles[st]["color"]) for st in rules]
+    # felix, felix-no-tierfuse, median and Multi-Krum: four colors; Multi-Krum's f is a variant of it, and a
+    # timeout a variant of felix
+    assert len(set(colors[:4])) == 4
+    assert colors[3] == colors[4] and colors[5] == colors[0]
+    assert styles[rules[3]]["ls"] != styles[rules[4]]["ls"]
+
+
 def test_a_panel_without_values_names_a_sweeps_strategies_one_a_line(sweep, drawn):
     out, rows = sweep
     for r in rows:  # no utility ages anywhere: the panel says so

@@ -86,18 +86,29 @@ def no_values_note(ax, labels: list[str], empty: bool, y: float = 0.04) -> None:
     text.set_in_layout(False)
 
 
+def strategy_base(spec: str) -> str:
+    """What a label's color stands for: its strategy, with the components a variant swaps in
+    (``felix@aggregator.name=median`` is ``felix[aggregator=median]``, another strategy's color), but not
+    its other options (``felix@aggregator.trim=0.3`` is ``felix``: a variant, the same color)."""
+    name, options = parse_cell_strategy(spec)
+    swaps = [f"{key[:-len('.name')]}={value}" for key, value in options.items() if key.endswith(".name")]
+    return f"{name}[{','.join(swaps)}]" if swaps else name
+
+
 def strategy_styles(strategies: list[str], reference: str | None = None) -> dict[str, dict]:
     """Per strategy label, how its lines are drawn (``color``, ``ls``, ``lw``, ``zorder``): each
     strategy its own color and line style, so curves that lie on one another stay apart; where
     labels are variants of one strategy (a sweep, ``NAME@KEY=VALUE``) they share its color and
-    differ by line style. The reference is drawn thicker and on top. :func:`variant_markers` adds
-    the markers that keep a sweep's variants visible where their curves coincide."""
-    bases = list(dict.fromkeys(parse_cell_strategy(st)[0] for st in strategies))
+    differ by line style. A variant that swaps in a component (``NAME@aggregator.name=X``) is a strategy
+    of its own here (:func:`strategy_base`). The reference is drawn thicker and on top.
+    :func:`variant_markers` adds the markers that keep a sweep's variants visible where their curves
+    coincide."""
+    bases = list(dict.fromkeys(strategy_base(st) for st in strategies))
     shared = len(bases) < len(strategies)
     variant_index: dict[str, int] = {}
     styles = {}
     for i, st in enumerate(strategies):
-        base = parse_cell_strategy(st)[0]
+        base = strategy_base(st)
         if shared:
             color, style = bases.index(base), variant_index.get(base, 0)
             variant_index[base] = style + 1
@@ -117,7 +128,7 @@ def variant_markers(styles: dict[str, dict], strategies: list[str], reference: s
     Variant k of n of a strategy gets ``VARIANT_MARKERS[k]`` starting ``k / n`` of the way into the
     marker spacing; its zorder is above variant k - 1's, and the variants of the reference's strategy
     are above every other strategy's lines. Returns ``styles``."""
-    bases = {st: parse_cell_strategy(st)[0] for st in strategies}
+    bases = {st: strategy_base(st) for st in strategies}
     ref_base = bases.get(reference)
     counts: dict[str, int] = {}
     for st in strategies:
