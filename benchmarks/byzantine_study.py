@@ -27,8 +27,9 @@ kept; Ctrl-C stops the running cells with snapshots and the same command continu
 priority order (``PHASES``): honest and sign_flip-30 for seeds 0 and 1, FedProx, their seed 2, then the 10%
 and scaled attacks. The table (``--out``/study.md, ``--json``): per regime and rule, hours to target
 (seeds reached / run) and final accuracy honest and attacked, the paired ratio attacked / honest by seed
-(geometric mean, 95% t interval), the paired ratio to TierFuse in the same setting, and the share of the
-aggregation weight adversarial updates got (``summary.json``'s ``adversarial_weight_share``).
+(geometric mean, 95% t interval), the paired ratio to TierFuse in the same setting, and the adversaries'
+share of the training tasks dispatched and of the aggregation weight (``summary.json``'s ``adversarial_tasks``
+over ``dispatched_train``, and ``adversarial_weight_share``).
 """
 
 from __future__ import annotations
@@ -131,10 +132,15 @@ def _final(rows, st, rg) -> str:
 
 
 def _share(rows, st, rg) -> str:
-    vals = [r["_summary"].get("adversarial_weight_share") for r in rows
-            if r["strategy"] == st and r["availability"] == rg]
-    vals = [v for v in vals if v is not None]
-    return f"{100 * np.mean(vals):.0f}%" if vals else "-"
+    """The adversaries' share of the training tasks dispatched, then of the aggregation weight, means over
+    the seeds (the first is the fleet's and the trace's doing, the second the rule's)."""
+    mine = [r["_summary"] for r in rows if r["strategy"] == st and r["availability"] == rg]
+    tasks = [s["adversarial_tasks"] / s["dispatched_train"] for s in mine
+             if s.get("adversarial_tasks") is not None and s.get("dispatched_train")]
+    weight = [s["adversarial_weight_share"] for s in mine if s.get("adversarial_weight_share") is not None]
+    if not tasks and not weight:
+        return "-"
+    return " / ".join(f"{100 * np.mean(v):.0f}%" if v else "-" for v in (tasks, weight))
 
 
 def study_table(rows_by: dict[str, list[dict]], hours: float) -> str:
@@ -146,7 +152,7 @@ def study_table(rows_by: dict[str, list[dict]], hours: float) -> str:
         lines += [f"### {setting} against honest (horizon {hours:g} h; hours to target: seeds reached / run, "
                   "mean over those that reached)", "",
                   "| regime | rule | honest: reached, hours | final acc | attacked: reached, hours | final acc "
-                  "| attacked / honest, paired | attacked / TierFuse attacked, paired | adversarial weight share |",
+                  "| attacked / honest, paired | attacked / TierFuse attacked, paired | adversarial share: tasks / weight |",
                   "|---|---|---|---:|---|---:|---|---|---:|"]
         for rg in regimes:
             for st in RULES:

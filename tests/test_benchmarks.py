@@ -409,7 +409,8 @@ def test_byzantine_study_tabulates_each_rule_attacked_against_honest_paired_by_s
 
     def row(st, seed, hours, acc, share=None):
         return {"strategy": st, "availability": rg, "seed": seed, "time_to_target_h": hours, "final_accuracy": acc,
-                "_summary": {"adversarial_weight_share": share}}
+                "_summary": {"adversarial_weight_share": share, "adversarial_tasks": None if share is None else 35,
+                             "dispatched_train": 100}}
     mk = study.RULES[4]  # Multi-Krum
     honest = [row("felix", 0, 1.0, 0.30), row("felix", 1, 2.0, 0.30), row(mk, 0, 1.0, 0.30), row(mk, 1, 1.0, 0.30)]
     attacked = [row("felix", 0, None, 0.10, 0.3) | {"stop_reason": "diverged: no client update accepted"},
@@ -419,9 +420,9 @@ def test_byzantine_study_tabulates_each_rule_attacked_against_honest_paired_by_s
     lines = {ln.split("|")[2].strip(): [c.strip() for c in ln.strip("|").split("|")]
              for ln in table.splitlines() if ln.startswith("| 50%")}
     # TierFuse: reached both seeds honest (mean 1.5 h), neither attacked: no paired ratio, the final accuracy shown
-    assert lines["TierFuse"][2:] == ["2/2 1.50 h", "0.300", "0/2, 1 diverged", "0.110", "-", "-", "40%"]
+    assert lines["TierFuse"][2:] == ["2/2 1.50 h", "0.300", "0/2, 1 diverged", "0.110", "-", "-", "35% / 40%"]
     # Multi-Krum: attacked / honest per seed 2 and 4 -> geometric mean sqrt(8) = 2.83; TierFuse never got there
     cells = lines["Multi-Krum (f = 3)"]
     assert cells[2:6] == ["2/2 1.00 h", "0.300", "2/2 3.00 h", "0.295"]
     assert cells[6].startswith("x2.83 [") and cells[6].endswith("(n=2)")
-    assert cells[7:] == ["-", "15%"]
+    assert cells[7:] == ["-", "35% / 15%"]
