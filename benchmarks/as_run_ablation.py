@@ -24,6 +24,11 @@ Groups (the audit's five differences that matter most):
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # run as a script: a Ctrl-C while jax loads ends it in one line
+    from felix_jax.startup import exit_on_interrupt
+
+    exit_on_interrupt("as_run_ablation.py")
+
 import json
 import sys
 from pathlib import Path

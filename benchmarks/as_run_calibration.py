@@ -31,6 +31,11 @@ traces ship with felix-jax.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # run as a script: a Ctrl-C while jax loads ends it in one line
+    from felix_jax.startup import exit_on_interrupt
+
+    exit_on_interrupt("as_run_calibration.py")
+
 import json
 import platform
 import time

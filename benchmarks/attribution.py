@@ -34,6 +34,11 @@ only by one that got further.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # run as a script: a Ctrl-C while jax loads ends it in one line
+    from felix_jax.startup import exit_on_interrupt
+
+    exit_on_interrupt("attribution.py")
+
 import json
 import shutil
 import time

@@ -34,6 +34,11 @@ over ``dispatched_train``, and ``adversarial_weight_share``).
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # run as a script: a Ctrl-C while jax loads ends it in one line
+    from felix_jax.startup import exit_on_interrupt
+
+    exit_on_interrupt("byzantine_study.py")
+
 import json
 import sys
 import time

@@ -39,6 +39,11 @@ configuration and the jax version it ran with. (On a GPU backend the pin covers 
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # run as a script: a Ctrl-C while jax loads ends it in one line
+    from felix_jax.startup import exit_on_interrupt
+
+    exit_on_interrupt("centralized_reference.py")
+
 import argparse
 import json
 import os

@@ -23,6 +23,11 @@ Inputs are random uint8 images: throughput does not depend on pixel values.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # run as a script: a Ctrl-C while jax loads ends it in one line
+    from felix_jax.startup import exit_on_interrupt
+
+    exit_on_interrupt("cohort_throughput.py")
+
 import argparse
 import json
 import os

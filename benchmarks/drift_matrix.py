@@ -15,6 +15,11 @@ markdown table and writes ``--out``/table.md and ``--json``.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # run as a script: a Ctrl-C while jax loads ends it in one line
+    from felix_jax.startup import exit_on_interrupt
+
+    exit_on_interrupt("drift_matrix.py")
+
 import json
 from pathlib import Path
 

@@ -12,6 +12,11 @@ wall time is the one compared: compilation is out of both). Prints a table and w
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # run as a script: a Ctrl-C while jax loads ends it in one line
+    from felix_jax.startup import exit_on_interrupt
+
+    exit_on_interrupt("eval_batching.py")
+
 import json
 import time
 from pathlib import Path

@@ -11,6 +11,11 @@ results are the same either way (the log records, it decides nothing), which it 
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # run as a script: a Ctrl-C while jax loads ends it in one line
+    from felix_jax.startup import exit_on_interrupt
+
+    exit_on_interrupt("event_log_overhead.py")
+
 import json
 from pathlib import Path
 

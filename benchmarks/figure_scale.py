@@ -14,6 +14,11 @@ arrays included).
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # run as a script: a Ctrl-C while jax loads ends it in one line
+    from felix_jax.startup import exit_on_interrupt
+
+    exit_on_interrupt("figure_scale.py")
+
 import json
 import tempfile
 import time

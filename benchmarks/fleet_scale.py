@@ -28,6 +28,11 @@ pickle of ``--fedscale-clients`` devices, 10^5 by default) in a process of its o
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # run as a script: a Ctrl-C while jax loads ends it in one line
+    from felix_jax.startup import exit_on_interrupt
+
+    exit_on_interrupt("fleet_scale.py")
+
 import argparse
 import bisect
 import hashlib

@@ -13,6 +13,11 @@ peak RSS, snapshot size per stage) and writes JSON.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # run as a script: a Ctrl-C while jax loads ends it in one line
+    from felix_jax.startup import exit_on_interrupt
+
+    exit_on_interrupt("interrupt_resume.py")
+
 import argparse
 import hashlib
 import json

@@ -42,6 +42,11 @@ ratio beside it, aggregations to target, FeLiX's staleness mean / p99 and its pi
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # run as a script: a Ctrl-C while jax loads ends it in one line
+    from felix_jax.startup import exit_on_interrupt
+
+    exit_on_interrupt("learner_ladder.py")
+
 import json
 import sys
 import time

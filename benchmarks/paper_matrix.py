@@ -27,6 +27,11 @@ Commands for the speech preset (``felix-jax data fetch speech_commands``). ``--s
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # run as a script: a Ctrl-C while jax loads ends it in one line
+    from felix_jax.startup import exit_on_interrupt
+
+    exit_on_interrupt("paper_matrix.py")
+
 import json
 import signal
 import sys

@@ -12,6 +12,11 @@ the overhead. Prints a table and writes --json.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # run as a script: a Ctrl-C while jax loads ends it in one line
+    from felix_jax.startup import exit_on_interrupt
+
+    exit_on_interrupt("stream_overhead.py")
+
 import json
 import time
 from pathlib import Path

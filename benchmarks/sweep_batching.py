@@ -18,6 +18,11 @@ files are compared with the separate runs'.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # run as a script: a Ctrl-C while jax loads ends it in one line
+    from felix_jax.startup import exit_on_interrupt
+
+    exit_on_interrupt("sweep_batching.py")
+
 import argparse
 import json
 import os

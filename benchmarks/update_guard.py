@@ -17,6 +17,11 @@ load; every figure is the median over ``--reps`` after a warm-up.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # run as a script: a Ctrl-C while jax loads ends it in one line
+    from felix_jax.startup import exit_on_interrupt
+
+    exit_on_interrupt("update_guard.py")
+
 import json
 import platform
 import time

@@ -11,6 +11,11 @@ with the history's writes switched off.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # run as a script: a Ctrl-C while jax loads ends it in one line
+    from felix_jax.startup import exit_on_interrupt
+
+    exit_on_interrupt("view_bytes.py")
+
 import dataclasses
 import time
 

@@ -14,6 +14,11 @@ way (the writers record, they decide nothing), which it checks.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # run as a script: a Ctrl-C while jax loads ends it in one line
+    from felix_jax.startup import exit_on_interrupt
+
+    exit_on_interrupt("writer_overhead.py")
+
 import json
 import shutil
 import tempfile

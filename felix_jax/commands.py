@@ -19,6 +19,7 @@ from .fleet.simulator import PolicyError, RunFailed
 from .fleet.snapshot import SnapshotError
 from .options import OptionError
 from .plugin_calls import PluginError
+from .startup import restore_interrupts
 from .traces import DataFileError
 
 # what a run or its inputs may raise that is the user's to fix: reported in one line, no traceback
@@ -152,7 +153,10 @@ def earlier_rows(path: str, script: str, option: str = "--out", purpose: str = "
 def run_script(prog: str, main: Callable[..., Any], argv: list[str] | None = None) -> Any:
     """Calls ``main(argv)``; a user error it raises (:data:`USER_ERRORS`, a ``ValueError``) ends the
     process with one line ``PROG: message`` and exit status 1 (its stack above it when asked for), and
-    a Ctrl-C that the script does not handle itself with ``PROG: interrupted`` and status 130."""
+    a Ctrl-C that the script does not handle itself with ``PROG: interrupted`` and status 130. A script that
+    called :func:`felix_jax.startup.exit_on_interrupt` before its imports gets Python's SIGINT handling back
+    here."""
+    restore_interrupts()
     try:
         return main(argv)
     except KeyboardInterrupt as e:

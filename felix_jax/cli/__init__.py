@@ -4,11 +4,17 @@ one-line errors)."""
 
 from __future__ import annotations
 
-import argparse
 import sys
-import traceback
 
-from . import compare, data, demo, plot, plot_trace, report, run
+from ..startup import exit_on_interrupt, is_entry, restore_interrupts
+
+if is_entry(sys.argv[0], "felix-jax"):  # started as the command: a Ctrl-C while jax loads ends it in one line
+    exit_on_interrupt("felix-jax")
+
+import argparse  # noqa: E402
+import traceback  # noqa: E402
+
+from . import compare, data, demo, plot, plot_trace, report, run  # noqa: E402
 from .common import traceback_asked
 
 COMMANDS = (run, compare, demo, plot, report, plot_trace, data)  # in --help's order
@@ -23,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    restore_interrupts()  # started: Ctrl-C is the command's to handle from here (experiment/stops.py)
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = build_parser()
     if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
