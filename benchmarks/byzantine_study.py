@@ -19,13 +19,16 @@ is the most it takes at K = 10. The same configured rules run honest and attacke
 
 **Settings**: ``honest``; ``sign_flip-30`` (30% of the clients, drawn once from the seed, send -delta);
 ``sign_flip-10``; ``scale-30`` (30% send 5 x delta: inside the update guard's 10 x median, so the guard
-does not catch it). **FedProx** (``fedprox``, honest): ``fedprox-async`` (prox_mu 0.01, FedBuff weights)
-with ``interruption=partial`` (a client that leaves sends the steps it finished) against ``resume``.
+does not catch it). **FedProx** (honest): the proximal term (prox_mu 0.01) with ``interruption=partial`` (a
+client that leaves sends the steps it finished) against ``resume``, on two fleets: ``fedprox`` is the
+``fedprox-async`` strategy (random clients with no availability knowledge, FedBuff weights), ``fedprox-felix``
+FeLiX's selectors, TierTrack and TierFuse (``felix@prox_mu=0.01;interruption=partial`` against
+``felix@prox_mu=0.01``).
 
 Each setting is one ``benchmarks/paper_matrix.py`` folder under ``--out`` (resumable: finished cells are
 kept; Ctrl-C stops the running cells with snapshots and the same command continues). Phases run in
 priority order (``PHASES``): honest and sign_flip-30 for seeds 0 and 1, FedProx, their seed 2, then the 10%
-and scaled attacks. The table (``--out``/study.md, ``--json``): per regime and rule, hours to target
+and scaled attacks. ``--phases`` picks some. The table (``--out``/study.md, ``--json``): per regime and rule, hours to target
 (seeds reached / run) and final accuracy honest and attacked, the paired ratio attacked / honest by seed
 (geometric mean, 95% t interval), the paired ratio to TierFuse in the same setting, and the adversaries'
 share of the training tasks dispatched and of the aggregation weight (``summary.json``'s ``adversarial_tasks``
@@ -60,20 +63,25 @@ RULES = ["felix", "felix-no-tierfuse", "felix@aggregator.name=trimmed-mean;aggre
 RULE_NAMES = {"felix": "TierFuse", "felix-no-tierfuse": "FedBuff weights", RULES[2]: "trimmed mean (30%)",
               RULES[3]: "median", RULES[4]: "Multi-Krum (f = 3)", RULES[5]: "Bulyan (f = 1)"}
 FEDPROX = ["fedprox-async", "fedprox-async@interruption=resume"]
+# the proximal term and partial work on FeLiX's selectors and TierTrack (fedprox-async draws its clients with no
+# availability knowledge, as FedBuff: on these traces its slots fill with tasks waiting on absent clients)
+FEDPROX_FELIX = ["felix@prox_mu=0.01;interruption=partial", "felix@prox_mu=0.01"]
 SETTINGS = {"honest": [], "sign_flip-30": ["adversary.fraction=0.3", "adversary.kind=sign_flip"],
             "sign_flip-10": ["adversary.fraction=0.1", "adversary.kind=sign_flip"],
-            "scale-30": ["adversary.fraction=0.3", "adversary.kind=scale:5"], "fedprox": []}
+            "scale-30": ["adversary.fraction=0.3", "adversary.kind=scale:5"], "fedprox": [], "fedprox-felix": []}
+STRATEGIES = {"fedprox": FEDPROX, "fedprox-felix": FEDPROX_FELIX}  # a setting's cells; RULES otherwise
 # (setting, seeds), in the order they run
 # (setting, seeds), in the order they run: a seed's honest and attacked cells together, so that a study cut
 # short holds whole pairs
 PHASES = [("honest", "0"), ("sign_flip-30", "0"), ("honest", "1"), ("sign_flip-30", "1"), ("fedprox", "0,1,2"),
-          ("honest", "2"), ("sign_flip-30", "2"), ("sign_flip-10", "0,1,2"), ("scale-30", "0,1,2")]
+          ("fedprox-felix", "0,1"), ("honest", "2"), ("sign_flip-30", "2"), ("fedprox-felix", "2"),
+          ("sign_flip-10", "0,1,2"), ("scale-30", "0,1,2")]
 SEEDS = [0, 1, 2]
 
 
 def matrix_argv(setting: str, seeds: str, out: Path, workers: int, hours: float, budget_s: float,
                 table_only: bool = False) -> list[str]:
-    strategies = FEDPROX if setting == "fedprox" else RULES
+    strategies = STRATEGIES.get(setting, RULES)
     argv = ["--scenario", SCENARIO, "--strategies", ",".join(strategies), "--regimes", ",".join(REGIMES),
             "--ablations", "", "--seeds", seeds, "--workers", str(workers), "--out", str(out / setting),
             "--set", f"max_virtual_hours={hours:g}"]
@@ -93,7 +101,7 @@ def collect(out: Path, hours: float) -> dict[str, list[dict]]:
         base = paper_matrix.get_preset(SCENARIO).with_overrides(
             paper_matrix.parse_sets([f"max_virtual_hours={hours:g}", *SETTINGS[setting]]))
         regimes = paper_matrix.resolve_regimes(base, REGIMES)
-        strategies = FEDPROX if setting == "fedprox" else RULES
+        strategies = STRATEGIES.get(setting, RULES)
         cells = [(st, rg, sd) for sd in SEEDS for rg in regimes for st in strategies]
         rows[setting] = paper_matrix.finished_rows(out / setting, base, cells)
     return rows
@@ -130,6 +138,13 @@ def _diverged(rows, st, rg) -> str:
     return f", {n} diverged" if n else ""
 
 
+def _mean(rows, st, rg, key: str) -> str:
+    """The mean over the cell's seeds of a summary.json count (aggregations, partial updates, ...)."""
+    vals = [r["_summary"].get(key) for r in rows if r["strategy"] == st and r["availability"] == rg]
+    vals = [v for v in vals if v is not None]
+    return f"{np.mean(vals):,.0f}" if vals else "-"
+
+
 def _final(rows, st, rg) -> str:
     acc = [r["final_accuracy"] for r in rows if r["strategy"] == st and r["availability"] == rg
            and r.get("final_accuracy") is not None]
@@ -152,7 +167,7 @@ def study_table(rows_by: dict[str, list[dict]], hours: float) -> str:
     honest = rows_by.get("honest", [])
     lines = []
     regimes = sorted({r["availability"] for rows in rows_by.values() for r in rows}, key=str)
-    for setting in [s for s in SETTINGS if s not in ("honest", "fedprox") and s in rows_by]:
+    for setting in [s for s in SETTINGS if s not in ("honest", *STRATEGIES) and s in rows_by]:
         attacked = rows_by[setting]
         lines += [f"### {setting} against honest (horizon {hours:g} h; hours to target: seeds reached / run, "
                   "mean over those that reached)", "",
@@ -170,7 +185,7 @@ def study_table(rows_by: dict[str, list[dict]], hours: float) -> str:
                              f"{'-' if st == 'felix' else _paired(a, _hours(attacked, 'felix', rg))} | "
                              f"{_share(attacked, st, rg)} |")
         lines.append("")
-    if "honest" in rows_by and not any(s in rows_by for s in SETTINGS if s not in ("honest", "fedprox")):
+    if "honest" in rows_by and not any(s in rows_by for s in SETTINGS if s not in ("honest", *STRATEGIES)):
         lines += ["### honest", "", "| regime | rule | reached, hours | final acc |", "|---|---|---|---:|"]
         for rg in regimes:
             for st in RULES:
@@ -179,17 +194,24 @@ def study_table(rows_by: dict[str, list[dict]], hours: float) -> str:
                     lines.append(f"| {paper_matrix.regime_label(rg)} | {RULE_NAMES[st]} | {_reached(h)} | "
                                  f"{_final(honest, st, rg)} |")
         lines.append("")
-    if "fedprox" in rows_by:
-        fp = rows_by["fedprox"]
-        lines += [f"### FedProx (prox_mu 0.01, FedBuff weights, random selection): partial work against resume "
-                  f"(honest, horizon {hours:g} h)", "",
-                  "| regime | partial: reached, hours | final acc | resume: reached, hours | final acc "
-                  "| partial / resume, paired |", "|---|---|---:|---|---:|---|"]
-        for rg in regimes:
-            p, r = _hours(fp, FEDPROX[0], rg), _hours(fp, FEDPROX[1], rg)
-            if p or r:
-                lines.append(f"| {paper_matrix.regime_label(rg)} | {_reached(p)} | {_final(fp, FEDPROX[0], rg)} | "
-                             f"{_reached(r)} | {_final(fp, FEDPROX[1], rg)} | {_paired(p, r)} |")
+    pairs = [(s, title) for s, title in (
+        ("fedprox", "fedprox-async (random clients, no availability knowledge, FedBuff weights)"),
+        ("fedprox-felix", "FeLiX's selectors, TierTrack and TierFuse")) if s in rows_by]
+    if pairs:
+        lines += [f"### FedProx (prox_mu 0.01): partial work against resume (honest, horizon {hours:g} h)", "",
+                  "| fleet | regime | partial: reached, hours | final acc | aggregations | partial updates | "
+                  "resume: reached, hours | final acc | aggregations | interrupted tasks | partial / resume, paired |",
+                  "|---|---|---|---:|---:|---:|---|---:|---:|---:|---|"]
+        for setting, title in pairs:
+            fp, (partial, resume) = rows_by[setting], STRATEGIES[setting]
+            for rg in regimes:
+                p, r = _hours(fp, partial, rg), _hours(fp, resume, rg)
+                if p or r:
+                    lines.append(f"| {title} | {paper_matrix.regime_label(rg)} | {_reached(p)} | "
+                                 f"{_final(fp, partial, rg)} | {_mean(fp, partial, rg, 'aggregations')} | "
+                                 f"{_mean(fp, partial, rg, 'partial_updates')} | {_reached(r)} | "
+                                 f"{_final(fp, resume, rg)} | {_mean(fp, resume, rg, 'aggregations')} | "
+                                 f"{_mean(fp, resume, rg, 'interrupted_tasks')} | {_paired(p, r)} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -223,7 +245,7 @@ def main(argv=None) -> dict:
     table = study_table(rows_by, args.hours)
     print(table)
     for setting, rows in rows_by.items():  # each setting's curves, every rule drawn (paper_matrix's own draws its main)
-        strategies = FEDPROX if setting == "fedprox" else RULES
+        strategies = STRATEGIES.get(setting, RULES)
         regimes = list(dict.fromkeys(r["availability"] for r in rows))
         figures = paper_matrix.draw_figures(rows, strategies, regimes, out / setting, main=strategies)
         if figures:

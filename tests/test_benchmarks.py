@@ -426,3 +426,21 @@ def test_byzantine_study_tabulates_each_rule_attacked_against_honest_paired_by_s
     assert cells[2:6] == ["2/2 1.00 h", "0.300", "2/2 3.00 h", "0.295"]
     assert cells[6].startswith("x2.83 [") and cells[6].endswith("(n=2)")
     assert cells[7:] == ["-", "35% / 15%"]
+
+
+def test_byzantine_study_tabulates_fedprox_partial_against_resume_on_each_fleet():
+    study = load("byzantine_study")
+    partial, resume = study.FEDPROX_FELIX
+
+    def row(st, seed, hours, aggs, partials, interrupted):
+        return {"strategy": st, "availability": "ref:syn_50", "seed": seed, "time_to_target_h": hours,
+                "final_accuracy": 0.3, "_summary": {"aggregations": aggs, "partial_updates": partials,
+                                                    "interrupted_tasks": interrupted}}
+    rows = [row(partial, 0, 0.5, 600, 12, 12), row(partial, 1, 0.4, 500, 8, 8),
+            row(resume, 0, 1.0, 900, 0, 20), row(resume, 1, 0.4, 520, 0, 10)]
+    table = study.study_table({"fedprox-felix": rows}, 1.5)
+    line = [ln for ln in table.splitlines() if ln.startswith("| FeLiX's selectors")]
+    assert len(line) == 1
+    cells = [c.strip() for c in line[0].strip("|").split("|")]
+    assert cells[1:10] == ["50% (ref:syn_50)", "2/2 0.45 h", "0.300", "550", "10", "2/2 0.70 h", "0.300", "710", "15"]
+    assert cells[10].startswith("x0.71 [") and cells[10].endswith("(n=2)")  # sqrt(0.5 * 1.0)
