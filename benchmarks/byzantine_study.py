@@ -27,12 +27,18 @@ FeLiX's selectors, TierTrack and TierFuse (``felix@prox_mu=0.01;interruption=par
 
 Each setting is one ``benchmarks/paper_matrix.py`` folder under ``--out`` (resumable: finished cells are
 kept; Ctrl-C stops the running cells with snapshots and the same command continues). Phases run in
-priority order (``PHASES``): honest and sign_flip-30 for seeds 0 and 1, FedProx, their seed 2, then the 10%
-and scaled attacks. ``--phases`` picks some. The table (``--out``/study.md, ``--json``): per regime and rule, hours to target
+priority order (``PHASES``): honest and sign_flip-30 for seeds 0 and 1, FedProx, their seed 2, then the scaled
+and 10% attacks seed by seed. ``--phases`` picks some. The table (``--out``/study.md, ``--json``): per regime and rule, hours to target
 (seeds reached / run) and final accuracy honest and attacked, the paired ratio attacked / honest by seed
 (geometric mean, 95% t interval), the paired ratio to TierFuse in the same setting, and the adversaries'
 share of the training tasks dispatched and of the aggregation weight (``summary.json``'s ``adversarial_tasks``
 over ``dispatched_train``, and ``adversarial_weight_share``).
+
+``--rows-from FILE`` reads the rows an earlier study wrote with ``--json`` (on another machine, say: the cell
+folders are not kept with the project) as finished cells: a cell finished under ``--out`` replaces its recorded
+row, the others are tabulated as recorded (the runs are deterministic on CPU: a rerun cell gives the same
+curve). The file must hold the same scenario, horizon and settings. Figures are drawn from the cells finished
+under ``--out`` only (a recorded row has no events to draw).
 """
 
 from __future__ import annotations
@@ -75,8 +81,12 @@ STRATEGIES = {"fedprox": FEDPROX, "fedprox-felix": FEDPROX_FELIX}  # a setting's
 # short holds whole pairs
 PHASES = [("honest", "0"), ("sign_flip-30", "0"), ("honest", "1"), ("sign_flip-30", "1"), ("fedprox", "0,1,2"),
           ("fedprox-felix", "0,1"), ("honest", "2"), ("sign_flip-30", "2"), ("fedprox-felix", "2"),
-          ("sign_flip-10", "0,1,2"), ("scale-30", "0,1,2")]
+          ("scale-30", "0"), ("sign_flip-10", "0"), ("scale-30", "1"), ("sign_flip-10", "1"), ("scale-30", "2"),
+          ("sign_flip-10", "2")]
 SEEDS = [0, 1, 2]
+# the summary.json counts the tables read, kept with each row in --json (so that --rows-from tabulates them)
+SUMMARY_KEEP = ("aggregations", "adversarial_tasks", "dispatched_train", "adversarial_weight_share",
+                "adversarial_updates", "adversarial_updates_accepted", "partial_updates", "interrupted_tasks")
 
 
 def matrix_argv(setting: str, seeds: str, out: Path, workers: int, hours: float, budget_s: float,
@@ -105,6 +115,55 @@ def collect(out: Path, hours: float) -> dict[str, list[dict]]:
         cells = [(st, rg, sd) for sd in SEEDS for rg in regimes for st in strategies]
         rows[setting] = paper_matrix.finished_rows(out / setting, base, cells)
     return rows
+
+
+def recorded_rows(path: Path, hours: float) -> dict[str, list[dict]]:
+    """The rows a study wrote with ``--json`` to ``path``, each with its kept summary counts as ``_summary``.
+    Refused in one line when the file is another study's: another scenario, horizon or setting, or a row
+    that is none of the study's cells."""
+    if not path.is_file():
+        raise FileNotFoundError(f"--rows-from {path}: no such file (a study's --json output)")
+    try:
+        doc = json.loads(path.read_text())
+        recorded = doc["rows"]
+    except (ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"--rows-from {path}: not a study's --json output ({err})") from None
+    if doc.get("scenario") != SCENARIO:
+        raise ValueError(f"--rows-from {path}: its scenario is {doc.get('scenario')!r}, this study's {SCENARIO!r}")
+    if doc.get("hours") != hours:
+        raise ValueError(f"--rows-from {path}: its cells ran {doc.get('hours')} virtual hours, --hours is {hours:g}: "
+                         "a row is read only for the horizon it ran")
+    out = {}
+    for setting, rows in recorded.items():
+        if setting not in SETTINGS:
+            raise ValueError(f"--rows-from {path}: setting {setting!r} is not one of this study's ({', '.join(SETTINGS)})")
+        if list(doc.get("settings", {}).get(setting, [])) != SETTINGS[setting]:
+            raise ValueError(f"--rows-from {path}: setting {setting!r} ran with {doc.get('settings', {}).get(setting)}, "
+                             f"this study's is {SETTINGS[setting]}")
+        strategies = STRATEGIES.get(setting, RULES)
+        for r in rows:
+            if r.get("strategy") not in strategies or r.get("availability") not in REGIMES or r.get("seed") not in SEEDS:
+                raise ValueError(f"--rows-from {path}: {setting} row {r.get('strategy')!r} on {r.get('availability')!r}, "
+                                 f"seed {r.get('seed')!r} is not one of this study's cells")
+        out[setting] = [{**r, "recorded_in": str(path), "_summary": {k: r.get(k) for k in SUMMARY_KEEP}} for r in rows]
+    return out
+
+
+def merged(finished: dict[str, list[dict]], recorded: dict[str, list[dict]]) -> dict[str, list[dict]]:
+    """Each setting's rows: the cells finished under --out, then the recorded rows of the cells not among them."""
+    out = {}
+    for setting in SETTINGS:
+        here = finished.get(setting, [])
+        have = {(r["strategy"], r["availability"], r["seed"]) for r in here}
+        rows = here + [r for r in recorded.get(setting, []) if (r["strategy"], r["availability"], r["seed"]) not in have]
+        if rows:
+            out[setting] = rows
+    return out
+
+
+def _seeds_note(have: int, of: int) -> str:
+    """A mean over fewer seeds than the cell ran says so (a recorded row may lack a count)."""
+    return "" if have == of else f" ({have} of {of} seeds)"
 
 
 def _hours(rows, st, rg):
@@ -140,9 +199,9 @@ def _diverged(rows, st, rg) -> str:
 
 def _mean(rows, st, rg, key: str) -> str:
     """The mean over the cell's seeds of a summary.json count (aggregations, partial updates, ...)."""
-    vals = [r["_summary"].get(key) for r in rows if r["strategy"] == st and r["availability"] == rg]
-    vals = [v for v in vals if v is not None]
-    return f"{np.mean(vals):,.0f}" if vals else "-"
+    mine = [r["_summary"].get(key) for r in rows if r["strategy"] == st and r["availability"] == rg]
+    vals = [v for v in mine if v is not None]
+    return f"{np.mean(vals):,.0f}{_seeds_note(len(vals), len(mine))}" if vals else "-"
 
 
 def _final(rows, st, rg) -> str:
@@ -160,7 +219,7 @@ def _share(rows, st, rg) -> str:
     weight = [s["adversarial_weight_share"] for s in mine if s.get("adversarial_weight_share") is not None]
     if not tasks and not weight:
         return "-"
-    return " / ".join(f"{100 * np.mean(v):.0f}%" if v else "-" for v in (tasks, weight))
+    return " / ".join(f"{100 * np.mean(v):.0f}%{_seeds_note(len(v), len(mine))}" if v else "-" for v in (tasks, weight))
 
 
 def study_table(rows_by: dict[str, list[dict]], hours: float) -> str:
@@ -226,12 +285,15 @@ def main(argv=None) -> dict:
                     help=f"comma-separated phase numbers (0-{len(PHASES) - 1}) to run; default: all, in order")
     ap.add_argument("--table-only", action="store_true", help="run nothing: tabulate the cells finished under --out")
     ap.add_argument("--json", type=output_file, default=None, help="write the table and the rows here")
+    ap.add_argument("--rows-from", default=None, metavar="FILE",
+                    help="an earlier study's --json: its rows count as finished cells where --out has none")
     args = ap.parse_args(argv)
     chosen = phase_list(args.phases, len(PHASES))
     out = Path(args.out)
-    if args.table_only and not out.is_dir():
+    recorded = recorded_rows(Path(args.rows_from), args.hours) if args.rows_from else {}
+    if args.table_only and not out.is_dir() and not recorded:
         raise FileNotFoundError(f"--out {args.out}: no such folder: --table-only tabulates the cells the study "
-                                "finished there (run it without --table-only first)")
+                                "finished there (run it without --table-only first, or give --rows-from)")
     t0 = time.time()
     if not args.table_only:
         for i in chosen:
@@ -241,10 +303,15 @@ def main(argv=None) -> dict:
                 break
             print(f"== phase {i}: {setting}, seeds {seeds}", flush=True)
             paper_matrix.main(matrix_argv(setting, seeds, out, args.workers, args.hours, left))
-    rows_by = collect(out, args.hours)
+    finished = collect(out, args.hours) if out.is_dir() else {}
+    rows_by = merged(finished, recorded)
     table = study_table(rows_by, args.hours)
     print(table)
-    for setting, rows in rows_by.items():  # each setting's curves, every rule drawn (paper_matrix's own draws its main)
+    n_recorded = sum(1 for rows in rows_by.values() for r in rows if "recorded_in" in r)
+    if n_recorded:
+        print(f"{n_recorded} rows read from {args.rows_from} (cells not finished under {args.out}); figures are "
+              f"drawn from the {sum(map(len, finished.values()))} cells finished there")
+    for setting, rows in finished.items():  # each setting's curves, every rule drawn (paper_matrix's own draws its main)
         strategies = STRATEGIES.get(setting, RULES)
         regimes = list(dict.fromkeys(r["availability"] for r in rows))
         figures = paper_matrix.draw_figures(rows, strategies, regimes, out / setting, main=strategies)
@@ -255,10 +322,8 @@ def main(argv=None) -> dict:
     if args.json:
         Path(args.json).write_text(json.dumps(
             {"scenario": SCENARIO, "hours": args.hours, "rules": RULES, "settings": SETTINGS, "table": table,
-             "rows": {s: [{k: v for k, v in r.items() if k != "_summary"} |
-                          {"adversarial_weight_share": r["_summary"].get("adversarial_weight_share"),
-                           "adversarial_updates": r["_summary"].get("adversarial_updates"),
-                           "adversarial_updates_accepted": r["_summary"].get("adversarial_updates_accepted")}
+             "rows": {s: [{k: v for k, v in r.items() if k not in ("_summary", "recorded_in")} |
+                          {k: r["_summary"].get(k) for k in SUMMARY_KEEP}
                           for r in rows] for s, rows in rows_by.items()}}, indent=1, default=str))
     return {"table": table, "rows": rows_by}
 

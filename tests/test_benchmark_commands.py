@@ -107,7 +107,9 @@ def test_byzantine_study_mistakes_end_in_one_line(tmp_path):
     module = _script("byzantine_study")
     for argv, expected in ((["--phases", "0,99"], "byzantine_study.py: --phases 0,99: no phase 99 (phases are 0-"),
                            (["--phases", "x"], "byzantine_study.py: --phases expects comma-separated ints"),
-                           (["--table-only", "--out", str(tmp_path / "none")], "byzantine_study.py: --out ")):
+                           (["--table-only", "--out", str(tmp_path / "none")], "byzantine_study.py: --out "),
+                           (["--table-only", "--rows-from", str(tmp_path / "none.json")],
+                            "byzantine_study.py: --rows-from ")):
         with pytest.raises(SystemExit) as stop:
             run_script("byzantine_study.py", module.main, argv)
         assert str(stop.value.code).startswith(expected), stop.value.code

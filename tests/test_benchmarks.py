@@ -428,6 +428,62 @@ def test_byzantine_study_tabulates_each_rule_attacked_against_honest_paired_by_s
     assert cells[7:] == ["-", "35% / 15%"]
 
 
+def test_byzantine_study_reads_an_earlier_studys_rows_and_a_cell_finished_here_replaces_its_row(tmp_path):
+    study = load("byzantine_study")
+    rg = "ref:syn_50"
+    mk = study.RULES[4]
+
+    def row(st, seed, hours, **counts):
+        return {"strategy": st, "availability": rg, "seed": seed, "time_to_target_h": hours, "final_accuracy": 0.3,
+                "run_dir": f"elsewhere/{st}-{seed}", **counts}
+    doc = {"scenario": study.SCENARIO, "hours": 1.5, "settings": study.SETTINGS,
+           "rows": {"honest": [row(mk, 0, 1.0), row(mk, 1, 1.0)],
+                    # seed 0 recorded before the tasks' count was kept: its mean says over how many seeds
+                    "sign_flip-30": [row(mk, 0, 2.0, adversarial_weight_share=0.1),
+                                     row(mk, 1, 9.0, adversarial_weight_share=0.3, adversarial_tasks=40,
+                                         dispatched_train=100)]}}
+    path = tmp_path / "earlier.json"
+    path.write_text(json.dumps(doc))
+    recorded = study.recorded_rows(path, 1.5)
+    assert recorded["sign_flip-30"][1]["_summary"]["adversarial_tasks"] == 40
+    # seed 1's attacked cell finished here (4.0 h): it replaces the recorded 9.0 h
+    here = {"sign_flip-30": [row(mk, 1, 4.0) | {"_summary": {"adversarial_weight_share": 0.2,
+                                                             "adversarial_tasks": 30, "dispatched_train": 100}}]}
+    rows = study.merged(here, recorded)
+    assert sorted((r["seed"], r["time_to_target_h"]) for r in rows["sign_flip-30"]) == [(0, 2.0), (1, 4.0)]
+    line = [ln for ln in study.study_table(rows, 1.5).splitlines() if "Multi-Krum" in ln][0]
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[4] == "2/2 3.00 h" and cells[6].startswith("x2.83 [")  # sqrt(2 * 4)
+    assert cells[8] == "30% (1 of 2 seeds) / 15%"
+    # another horizon, scenario or setting, or a cell that is not the study's, is refused in one line
+    for change, expected in (({"hours": 3.0}, "ran 3.0 virtual hours, --hours is 1.5"),
+                             ({"scenario": "tiny"}, "its scenario is 'tiny'"),
+                             ({"settings": {**study.SETTINGS, "honest": ["seed=4"]}}, "setting 'honest' ran with"),
+                             ({"rows": {"honest": [row("fedavg", 0, 1.0)]}}, "is not one of this study's cells")):
+        path.write_text(json.dumps(doc | change))
+        with pytest.raises(ValueError, match=expected):
+            study.recorded_rows(path, 1.5)
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        study.recorded_rows(tmp_path / "none.json", 1.5)
+
+
+def test_byzantine_study_tabulates_a_recorded_study_alone_and_writes_its_counts_back(tmp_path):
+    study = load("byzantine_study")
+    counts = {"aggregations": 600, "partial_updates": 12, "interrupted_tasks": 12}
+    rows = [{"strategy": st, "availability": "ref:syn_50", "seed": 0, "time_to_target_h": 0.5, "final_accuracy": 0.3,
+             "run_dir": "elsewhere", **counts} for st in study.FEDPROX_FELIX]
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text(json.dumps({"scenario": study.SCENARIO, "hours": 1.5, "settings": study.SETTINGS,
+                                   "rows": {"fedprox-felix": rows}}))
+    again = tmp_path / "again.json"
+    result = study.main(["--table-only", "--out", str(tmp_path / "none"), "--rows-from", str(earlier),
+                         "--json", str(again)])
+    assert "and TierFuse | 50% (ref:syn_50) | 1/1 0.50 h | 0.300 | 600 | 12 | 1/1 0.50 h |" in result["table"]
+    written = json.loads(again.read_text())["rows"]["fedprox-felix"]
+    assert all(r[k] == v for r in written for k, v in counts.items()) and "recorded_in" not in written[0]
+    assert not (tmp_path / "none" / "fedprox-felix").exists()  # no figures from rows without events
+
+
 def test_byzantine_study_tabulates_fedprox_partial_against_resume_on_each_fleet():
     study = load("byzantine_study")
     partial, resume = study.FEDPROX_FELIX
