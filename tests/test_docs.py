@@ -2,6 +2,7 @@
 
 - every key of a run's ``summary.json`` is documented in ``docs/results.md``;
 - every module path ``docs/architecture.md`` names (in backticks) exists;
+- every script in ``benchmarks/`` has a row in README's benchmarks table;
 - no tracked text file sends a reader to ``../shared`` (internal notes users never see),
   except lines about where the offline data lives.
 """
@@ -71,6 +72,16 @@ def test_docs_are_linked_from_readme():
     for name in ("architecture.md", "file-formats.md", "results.md", "readings.md"):
         assert (DOCS / name).is_file(), f"docs/{name} is missing"
         assert f"(docs/{name})" in readme, f"README.md does not link docs/{name}"
+
+
+def test_every_benchmark_script_is_in_the_readme_table():
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split("## Benchmarks", 1)[1].split("\n## ", 1)[0]
+    named = {name for row in table.splitlines() if row.startswith("| `") for name in _backticked(row.split("|")[1])}
+    scripts = {p.name for p in (ROOT / "benchmarks").iterdir() if p.suffix in (".py", ".sh")}
+    missing = sorted(scripts - named)
+    assert not missing, f"README.md's benchmarks table lacks {missing}"
+    assert not named - scripts, f"README.md's benchmarks table names scripts that do not exist: {sorted(named - scripts)}"
 
 
 def _tracked_files() -> list[Path]:
