@@ -76,6 +76,9 @@ def test_the_command_installs_it_only_when_started_as_felix_jax_and_main_gives_c
 def test_run_script_gives_ctrl_c_back_and_a_background_job_keeps_ignoring_it():
     before = signal.getsignal(signal.SIGINT)
     try:
+        # Python's own handling to start from, whatever this test process inherited (a pytest started in the
+        # background by a shell without job control ignores SIGINT)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         assert exit_on_interrupt("x.py")
         assert run_script("x.py", lambda argv: signal.getsignal(signal.SIGINT)) is signal.default_int_handler
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a job a shell without job control started in the background
