@@ -76,7 +76,6 @@ SETTINGS = {"honest": [], "sign_flip-30": ["adversary.fraction=0.3", "adversary.
             "sign_flip-10": ["adversary.fraction=0.1", "adversary.kind=sign_flip"],
             "scale-30": ["adversary.fraction=0.3", "adversary.kind=scale:5"], "fedprox": [], "fedprox-felix": []}
 STRATEGIES = {"fedprox": FEDPROX, "fedprox-felix": FEDPROX_FELIX}  # a setting's cells; RULES otherwise
-# (setting, seeds), in the order they run
 # (setting, seeds), in the order they run: a seed's honest and attacked cells together, so that a study cut
 # short holds whole pairs
 PHASES = [("honest", "0"), ("sign_flip-30", "0"), ("honest", "1"), ("sign_flip-30", "1"), ("fedprox", "0,1,2"),
