@@ -35,8 +35,8 @@ share of the training tasks dispatched and of the aggregation weight (``summary.
 over ``dispatched_train``, and ``adversarial_weight_share``).
 
 ``--rows-from FILE`` reads the rows an earlier study wrote with ``--json`` (on another machine, say: the cell
-folders are not kept with the project) as finished cells: a cell finished under ``--out`` replaces its recorded
-row, the others are tabulated as recorded (the runs are deterministic on CPU: a rerun cell gives the same
+folders are not kept with the project) as finished cells: they are not run again, a cell finished under ``--out``
+replaces its recorded row, the others are tabulated as recorded (the runs are deterministic on CPU: a rerun cell gives the same
 curve). The file must hold the same scenario, horizon and settings. Figures are drawn from the cells finished
 under ``--out`` only (a recorded row has no events to draw).
 """
@@ -89,16 +89,29 @@ SUMMARY_KEEP = ("aggregations", "adversarial_tasks", "dispatched_train", "advers
 
 
 def matrix_argv(setting: str, seeds: str, out: Path, workers: int, hours: float, budget_s: float,
-                table_only: bool = False) -> list[str]:
+                table_only: bool = False, skip: list[tuple[str, str, int]] = ()) -> list[str]:
     strategies = STRATEGIES.get(setting, RULES)
     argv = ["--scenario", SCENARIO, "--strategies", ",".join(strategies), "--regimes", ",".join(REGIMES),
             "--ablations", "", "--seeds", seeds, "--workers", str(workers), "--out", str(out / setting),
             "--set", f"max_virtual_hours={hours:g}"]
     for item in SETTINGS[setting]:
         argv += ["--set", item]
+    for st, rg, sd in skip:
+        argv += ["--skip-cell", st, rg, str(sd)]
     if table_only:
         return argv + ["--table-only"]
     return argv + (["--budget-s", f"{budget_s:.0f}"] if budget_s < float("inf") else [])
+
+
+def phase_cells(setting: str, seeds: str) -> list[tuple[str, str, int]]:
+    """A phase's cells (strategy, regime as given, seed)."""
+    return [(st, rg, int(sd)) for sd in seeds.split(",") for rg in REGIMES for st in STRATEGIES.get(setting, RULES)]
+
+
+def phase_recorded(setting: str, seeds: str, recorded: dict[str, list[dict]]) -> list[tuple[str, str, int]]:
+    """The phase's cells that ``--rows-from`` holds: they are not run again (the runs are deterministic)."""
+    held = {(r["strategy"], r["availability"], r["seed"]) for r in recorded.get(setting, [])}
+    return [c for c in phase_cells(setting, seeds) if c in held]
 
 
 def collect(out: Path, hours: float) -> dict[str, list[dict]]:
@@ -301,7 +314,13 @@ def main(argv=None) -> dict:
             if left <= 0:
                 break
             print(f"== phase {i}: {setting}, seeds {seeds}", flush=True)
-            paper_matrix.main(matrix_argv(setting, seeds, out, args.workers, args.hours, left))
+            skip = phase_recorded(setting, seeds, recorded)
+            if len(skip) == len(phase_cells(setting, seeds)):
+                print(f"every cell of it is recorded in {args.rows_from}: nothing to run", flush=True)
+                continue
+            if skip:
+                print(f"{len(skip)} of its cells recorded in {args.rows_from} (not run again)", flush=True)
+            paper_matrix.main(matrix_argv(setting, seeds, out, args.workers, args.hours, left, skip=skip))
     finished = collect(out, args.hours) if out.is_dir() else {}
     rows_by = merged(finished, recorded)
     table = study_table(rows_by, args.hours)

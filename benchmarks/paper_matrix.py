@@ -17,7 +17,8 @@ Every cell is a folder under ``--out``/runs; a rerun skips cells that finished
 starts no other cell and stops each running one after its current event with its results and a
 snapshot; the same command then continues them. Each running cell prints a progress line as it
 goes; the matrix's ETA honours ``--budget-s`` and ``--cell-budget-s``. Cells that do not fit
-``--budget-s`` are listed as not run. Writes ``--out``/table.md, ``--out``/figures (the accuracy curves,
+``--budget-s`` are listed as not run; ``--skip-cell STRATEGY REGIME SEED`` leaves out a cell whose result is
+held elsewhere. Writes ``--out``/table.md, ``--out``/figures (the accuracy curves,
 bytes, distributions and the paper's diagnostic figures 13-15) and ``--json`` (rows, table).
 Needs CIFAR-10 (``felix-jax data fetch cifar10``, once; the paper's traces ship with felix-jax), or Speech
 Commands for the speech preset (``felix-jax data fetch speech_commands``). ``--scenario speech-longhorizon
@@ -275,6 +276,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--extra-cell", nargs=2, action="append", default=[], metavar=("STRATEGY", "REGIME"),
                     help="one more cell per seed, e.g. oort-async-oracle@oracle_departure=free_slot "
                          "ref:mobiperf_3st_50 (a variant: scenario overrides for that cell only)")
+    ap.add_argument("--skip-cell", nargs=3, action="append", default=[], metavar=("STRATEGY", "REGIME", "SEED"),
+                    help="a cell not to run (its result is held elsewhere, e.g. a study's recorded row); repeatable")
     ap.add_argument("--seeds", default="0,1,2", help="comma-separated seeds, each a whole matrix")
     ap.add_argument("--workers", type=int, default=1, help="cells run at a time (processes)")
     ap.add_argument("--batch", type=positive_int, default=None,
@@ -310,6 +313,18 @@ def main(argv=None) -> dict:
         cells += [(st, rg, sd) for rg in regimes for st in strategies]
         cells += [(st, rg, sd) for rg in ablation_regimes for st in ablations]
         cells += [(st, rg, sd) for st, rg in args.extra_cell]
+    skip = set()
+    for st, rg, sd in args.skip_cell:
+        try:
+            cell = (st, *resolve_regimes(base, [rg]), int(sd))
+        except ValueError:
+            raise ValueError(f"--skip-cell {st} {rg} {sd}: the seed is not an integer") from None
+        if cell not in cells:  # a typo would otherwise skip nothing and rerun the cell it meant
+            raise ValueError(f"--skip-cell {st} {rg} {sd}: not one of the cells these arguments ask for")
+        skip.add(cell)
+    cells = [c for c in cells if c not in skip]
+    if not cells:
+        raise ValueError("every cell these arguments ask for is given as --skip-cell: nothing to run")
     # every cell's scenario checked before any work: a typo in one line
     scenarios = [base.with_overrides({**cell_overrides(st), "availability": rg})
                  for st, rg in dict.fromkeys((st, rg) for st, rg, _ in cells)]

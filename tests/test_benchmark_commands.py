@@ -80,6 +80,10 @@ def test_the_shared_reporter_by_hand(capsys):
     (["--seeds", "0,x"], "paper_matrix.py: --seeds expects comma-separated ints, got '0,x'"),
     (["--set", "oops"], "paper_matrix.py: --set expects key=value, got 'oops'"),
     (["--table-only", "--out", "/nonexistent/matrix"], "paper_matrix.py: --out /nonexistent/matrix: no such folder"),
+    (["--skip-cell", "felx", "avail100", "0"], "paper_matrix.py: --skip-cell felx avail100 0: not one of the cells"),
+    (["--skip-cell", "felix", "avail100", "x"], "paper_matrix.py: --skip-cell felix avail100 x: the seed is not an"),
+    (["--strategies", "felix", "--regimes", "avail100", "--ablations", "", "--seeds", "0",
+      "--skip-cell", "felix", "avail100", "0"], "paper_matrix.py: every cell these arguments ask for is given as"),
     ([], "paper_matrix.py: cifar10-fidelity needs cifar10 (CIFAR-10"),  # the first cell's, with the fetch
 ])
 def test_paper_matrix_mistakes_end_in_one_line(argv, expected, monkeypatch, tmp_path):

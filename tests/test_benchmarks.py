@@ -467,6 +467,39 @@ def test_byzantine_study_reads_an_earlier_studys_rows_and_a_cell_finished_here_r
         study.recorded_rows(tmp_path / "none.json", 1.5)
 
 
+def test_paper_matrix_skip_cell_leaves_only_that_cell_out(tmp_path, monkeypatch):
+    pm = load("paper_matrix")
+    ran = []
+    monkeypatch.setattr(pm, "run_matrix", lambda *a, cells, **kw: ran.extend(cells) or [])
+    monkeypatch.setattr(pm, "draw_figures", lambda *a, **kw: [])
+    pm.main(["--scenario", "tiny", "--strategies", "felix,fedbuff", "--regimes", "avail100,avail50", "--ablations", "",
+             "--seeds", "0,1", "--skip-cell", "fedbuff", "avail50", "1", "--skip-cell", "felix", "avail100", "0",
+             "--out", str(tmp_path)])
+    assert len(ran) == 6 and ("fedbuff", "avail50", 1) not in ran and ("felix", "avail100", 0) not in ran
+    assert ("fedbuff", "avail50", 0) in ran and ("felix", "avail100", 1) in ran
+
+
+def test_byzantine_study_does_not_rerun_the_cells_rows_from_holds(tmp_path, monkeypatch):
+    study = load("byzantine_study")
+    calls = []
+    monkeypatch.setattr(study.paper_matrix, "main", calls.append)
+
+    def row(st, rg, seed):
+        return {"strategy": st, "availability": rg, "seed": seed, "time_to_target_h": 1.0, "final_accuracy": 0.3}
+    honest = [row(st, rg, 0) for rg in study.REGIMES for st in study.RULES]  # phase 0, whole
+    scaled = [row(st, rg, 2) for rg in study.REGIMES for st in study.RULES][:9]  # phase 13 less three cells
+    path = tmp_path / "earlier.json"
+    path.write_text(json.dumps({"scenario": study.SCENARIO, "hours": 1.5, "settings": study.SETTINGS,
+                                "rows": {"honest": honest, "scale-30": scaled}}))
+    assert study.PHASES[0] == ("honest", "0") and study.PHASES[13] == ("scale-30", "2")
+    study.main(["--phases", "0,13", "--rows-from", str(path), "--out", str(tmp_path / "study")])
+    assert len(calls) == 1  # phase 0 not started at all
+    argv = calls[0]
+    skipped = [tuple(argv[i + 1:i + 4]) for i, a in enumerate(argv) if a == "--skip-cell"]
+    assert skipped == [(r["strategy"], r["availability"], "2") for r in scaled]
+    assert argv[argv.index("--out") + 1].endswith("scale-30")
+
+
 def test_byzantine_study_tabulates_a_recorded_study_alone_and_writes_its_counts_back(tmp_path):
     study = load("byzantine_study")
     counts = {"aggregations": 600, "partial_updates": 12, "interrupted_tasks": 12}
