@@ -33,6 +33,7 @@ if __name__ == "__main__":  # run as a script: a Ctrl-C while jax loads ends it 
 
     exit_on_interrupt("paper_matrix.py")
 
+import contextlib
 import json
 import signal
 import sys
@@ -52,6 +53,7 @@ from felix_jax.experiment.compare import (SUMMARY_COLUMNS, cell_dir, cell_overri
 from felix_jax.experiment.inputs import missing_data
 from felix_jax.experiment.matrix import MatrixInterrupted, resolve_regimes, stopped_at_once
 from felix_jax.experiment.paper_figures import plot_paper_figures
+from felix_jax.experiment.stops import StopOnSignals
 from felix_jax.experiment.sweep import default_batch
 
 MAIN_STRATEGIES = ["felix", "oort-oracle", "oort-async-oracle", "oort-async", "refl"]
@@ -350,35 +352,44 @@ def main(argv=None) -> dict:
         return {"rows": rows, "table": table, "diagnostics": diagnostics}
     t0 = time.perf_counter()
     batch = default_batch() if args.batch is None else args.batch
-    try:
-        rows = run_matrix(base, [], [], [], out, workers=args.workers, cells=cells,
-                          deadline=time.time() + args.budget_s, plot=False, cell_budget_s=args.cell_budget_s,
-                          batch=1 if args.workers > 1 and args.batch is None else batch, executor=args.executor,
-                          ray_address=args.ray_address, snapshot_minutes=args.snapshot_minutes, stop_on_signals=True)
-    except MatrixInterrupted as e:  # the running cells stopped whole, with snapshots: the same command continues
-        print(f"paper_matrix.py: {e.explain(out)}", file=sys.stderr)
-        raise SystemExit(128 + e.signum)
-    except KeyboardInterrupt:  # a second signal: stopped at once
-        print(f"paper_matrix.py: {stopped_at_once(out)}", file=sys.stderr)
-        raise SystemExit(128 + signal.SIGINT)
-    finished = {(r["strategy"], r["availability"], r["seed"]) for r in rows}
-    skipped = [f"{st}/{rg}/seed{sd}" for st, rg, sd in cells if (st, rg, sd) not in finished]
-    out.mkdir(parents=True, exist_ok=True)
-    table = fidelity_table(rows, every, all_regimes, base.dataset) + along_the_curve(rows, every, all_regimes, out)
-    diagnostics = diagnostics_table(rows, every, all_regimes)
-    print(table + "\n\n" + diagnostics)
-    if skipped:
-        print(f"not run within the {args.budget_s:.0f} s budget: {', '.join(skipped)}")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "table.md").write_text(table + "\n\n" + diagnostics + "\n")
-    figures = draw_figures(rows, every, all_regimes, out, main=strategies)
-    print("figures: " + ", ".join(str(f) for f in figures))
-    result = {"scenario": base.to_json(), "backend": jax.default_backend(), "device": str(jax.devices()[0]),
-              "rows": [{k: v for k, v in r.items() if k != "_summary"} for r in rows], "table": table,
-              "diagnostics": diagnostics,
-              "skipped": skipped, "wall_s": time.perf_counter() - t0}
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2, default=str))
+    # one guard from the first cell to the last figure: a signal after the last cell lets the tables and
+    # figures finish, then ends the script with its status (Ray's batches stop at once: guarded from the tables)
+    signals = StopOnSignals(True)
+    with signals if args.executor != "ray" else contextlib.nullcontext():
+        try:
+            rows = run_matrix(base, [], [], [], out, workers=args.workers, cells=cells,
+                              deadline=time.time() + args.budget_s, plot=False, cell_budget_s=args.cell_budget_s,
+                              batch=1 if args.workers > 1 and args.batch is None else batch, executor=args.executor,
+                              ray_address=args.ray_address, snapshot_minutes=args.snapshot_minutes,
+                              stop_on_signals=signals if args.executor != "ray" else True)
+        except MatrixInterrupted as e:  # the running cells stopped whole, with snapshots: the same command continues
+            print(f"paper_matrix.py: {e.explain(out)}", file=sys.stderr)
+            raise SystemExit(128 + e.signum)
+        except KeyboardInterrupt:  # a second signal: stopped at once
+            print(f"paper_matrix.py: {stopped_at_once(out)}", file=sys.stderr)
+            raise SystemExit(128 + signal.SIGINT)
+        with signals:
+            finished = {(r["strategy"], r["availability"], r["seed"]) for r in rows}
+            skipped = [f"{st}/{rg}/seed{sd}" for st, rg, sd in cells if (st, rg, sd) not in finished]
+            out.mkdir(parents=True, exist_ok=True)
+            table = (fidelity_table(rows, every, all_regimes, base.dataset)
+                     + along_the_curve(rows, every, all_regimes, out))
+            diagnostics = diagnostics_table(rows, every, all_regimes)
+            print(table + "\n\n" + diagnostics)
+            if skipped:
+                print(f"not run within the {args.budget_s:.0f} s budget: {', '.join(skipped)}")
+            (out / "table.md").write_text(table + "\n\n" + diagnostics + "\n")
+            figures = draw_figures(rows, every, all_regimes, out, main=strategies)
+            print("figures: " + ", ".join(str(f) for f in figures))
+            result = {"scenario": base.to_json(), "backend": jax.default_backend(), "device": str(jax.devices()[0]),
+                      "rows": [{k: v for k, v in r.items() if k != "_summary"} for r in rows], "table": table,
+                      "diagnostics": diagnostics, "skipped": skipped, "wall_s": time.perf_counter() - t0}
+            if args.json:
+                Path(args.json).write_text(json.dumps(result, indent=2, default=str))
+    if signals.signum is not None:
+        print(f"paper_matrix.py: {signal.Signals(signals.signum).name} came after the last cell, as the matrix "
+              f"wrote its tables and figures; they are complete in {out}", file=sys.stderr)
+        raise SystemExit(128 + signals.signum)
     return result
 
 

@@ -1,6 +1,8 @@
 """End to end: scenarios, the runner's results folder, determinism, the CLI."""
 
 import json
+import os
+import signal
 
 import pytest
 
@@ -130,9 +132,6 @@ def test_results_stream_to_disk_as_the_run_goes(tmp_path, monkeypatch):
 
 
 def test_a_signal_stops_the_run_after_the_current_event_and_handlers_come_back(tmp_path, monkeypatch):
-    import os
-    import signal
-
     from felix_jax.experiment import runner
 
     def interrupt_at_version_2(self, cp):
@@ -158,6 +157,34 @@ def test_request_stop_keeps_a_stop_reason_already_given():
     sim.request_stop("asked again")
     record = sim.run()
     assert record.stop_reason == "asked" and len(record.checkpoints) == 1 and record.aggregation_times == [0.0]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_as_compare_draws_its_figures_lets_them_finish_then_ends_with_its_status(tmp_path, monkeypatch,
+                                                                                          capsys, sig):
+    """After the last cell the comparison writes its tables, figures and report; a signal then (before,
+    Python's own handler raised KeyboardInterrupt there, and inside jax's garbage-collection callback it was
+    dropped: the command went on and exited 0) lets them finish and ends the command with 128 + signal."""
+    from felix_jax.experiment.figures import comparison
+
+    drawn = comparison.plot_comparison
+
+    def signalled(*a, **kw):
+        os.kill(os.getpid(), sig)
+        return drawn(*a, **kw)
+
+    monkeypatch.setattr(comparison, "plot_comparison", signalled)
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    with pytest.raises(SystemExit) as stop:
+        main(["compare", "--scenario", "tiny", "--strategies", "felix", "--availability", "avail100", "--seeds", "0",
+              "--set", "max_aggregations=2", "--set", "target_accuracy=none", "--quiet", "--out", str(tmp_path)])
+    assert stop.value.code == 128 + sig
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+    err = capsys.readouterr().err
+    assert (f"felix-jax compare: {signal.Signals(sig).name} came after the last cell, as the comparison wrote its "
+            f"tables and figures; they are complete in {tmp_path}") in err
+    assert (tmp_path / "table.txt").is_file() and (tmp_path / "report.html").is_file()
+    assert list((tmp_path / "figures").glob("*.png")) or list(tmp_path.glob("*.png"))
 
 
 def test_compare_writes_the_pooled_statistics_and_warns_below_three_seeds(tmp_path, capsys):

@@ -138,19 +138,40 @@ def _check_cell_folders(regimes: list[str]) -> None:
 
 
 def _compare_locked(args, base, strategies, regimes, seeds, out: Path) -> int:
-    from ..experiment.figures.comparison import plot_comparison
-    from ..experiment.matrix import CellChanged, MatrixInterrupted, all_kept, run_matrix, stopped_at_once
+    from ..experiment.stops import StopOnSignals
+
+    # One guard from the first cell to the last figure: a signal while the cells run stops them after their
+    # current event (MatrixInterrupted); one that comes after the last cell, as the tables, figures and report
+    # are written, lets them finish and then ends the command with its status (with Python's own handler it
+    # raised KeyboardInterrupt wherever the interpreter was, often inside jax's garbage-collection callback,
+    # where it was printed as "Exception ignored" and dropped). Ray's batches stop at once on Ctrl-C: under
+    # Ray the guard starts with the reporting.
+    signals = StopOnSignals(True)
+    with signals if args.executor != "ray" else contextlib.nullcontext():
+        rows = _run_cells(args, base, strategies, regimes, seeds, out, signals)
+        with signals:
+            _report(args, rows, strategies, regimes, out)
+    if signals.signum is not None:
+        name = signal.Signals(signals.signum).name
+        print(f"felix-jax compare: {name} came after the last cell, as the comparison wrote its tables and "
+              f"figures; they are complete in {out}", file=sys.stderr)
+        raise SystemExit(128 + signals.signum)
+    return 0
+
+
+def _run_cells(args, base, strategies, regimes, seeds, out: Path, signals) -> list[dict]:
+    """Every cell's row, run or kept; one line (and the exit status) for what stops the comparison."""
+    from ..experiment.matrix import CellChanged, MatrixInterrupted, run_matrix, stopped_at_once
     from ..experiment.ray_executor import ClusterError
-    from ..experiment.report import write_report
-    from ..experiment.tables import write_tables
 
     try:
         from ..experiment.sweep import default_batch
 
         batch = default_batch() if args.batch is None else args.batch
-        rows = run_matrix(base, strategies, regimes, seeds, out, progress=not args.quiet, resume=not args.overwrite,
+        return run_matrix(base, strategies, regimes, seeds, out, progress=not args.quiet, resume=not args.overwrite,
                           batch=batch, executor=args.executor, ray_address=args.ray_address, writers=args.writers,
-                          ray_max_retries=args.ray_max_retries, stop_on_signals=True)
+                          ray_max_retries=args.ray_max_retries,
+                          stop_on_signals=signals if args.executor != "ray" else True)
     except (*USER_ERRORS, CellChanged, ImportError, ClusterError) as e:  # ImportError: --executor ray without Ray
         more = ""
         if isinstance(e, PluginError) and e.snapshot is not None:  # its cell keeps a stop snapshot
@@ -162,14 +183,21 @@ def _compare_locked(args, base, strategies, regimes, seeds, out: Path) -> int:
     except KeyboardInterrupt:  # a second interrupt (or Ray's batches, which stop at once): finished cells are on disk
         print(f"felix-jax compare: {stopped_at_once(out)}", file=sys.stderr)
         raise SystemExit(128 + signal.SIGINT)
+
+
+def _report(args, rows: list[dict], strategies, regimes, out: Path) -> None:
+    """The comparison's tables, figures, split and report, from its rows; the table printed."""
+    from ..experiment.figures.comparison import plot_comparison
+    from ..experiment.matrix import all_kept
+    from ..experiment.report import write_report
+    from ..experiment.split import write_split_csv
     from ..experiment.sweep_axes import comparison_view, write_comparison_json
+    from ..experiment.tables import write_tables
 
     view = comparison_view(rows, strategies, regimes, args.axis_keys, args.reference)
     write_comparison_json(out, view)  # the report and plot redraw the same view
     table = write_tables(view.rows, view.strategies, view.regimes, out, view.reference)
     figures = plot_comparison(view.rows, view.strategies, view.regimes, out, reference=view.reference)
-    from ..experiment.split import write_split_csv
-
     split_csv = write_split_csv(rows, out)  # each cell's split of the data, from its partition.json
     if all_kept(rows):  # nothing ran: the table is the earlier one's, say so
         print(f"felix-jax compare: all {len(rows)} cells in {out} had finished earlier: the table below is theirs; "
@@ -178,7 +206,6 @@ def _compare_locked(args, base, strategies, regimes, seeds, out: Path) -> int:
     print(f"wrote {out}/summary.csv (a row per run), {out}/summary_pooled.csv (over seeds), {out}/table.txt, "
           + "".join(f"{p}, " for p in [split_csv] if p is not None)
           + ", ".join(str(p) for p in figures) + f", {write_report(out)}")
-    return 0
 
 
 def add_parser(sub) -> argparse.ArgumentParser:

@@ -275,7 +275,7 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
             w.prepare()
     from .stops import StopOnSignals
 
-    signals = StopOnSignals.of(stop_on_signals and executor != "ray")
+    signals = StopOnSignals.of(stop_on_signals if executor != "ray" else False)  # Ray: Ctrl-C stops at once
     with signals:
         if (executor == "ray" or batch > 1) and pending:
             from .sweep import SweepJob, run_sweep
