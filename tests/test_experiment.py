@@ -174,12 +174,19 @@ def test_a_signal_as_compare_draws_its_figures_lets_them_finish_then_ends_with_i
         return drawn(*a, **kw)
 
     monkeypatch.setattr(comparison, "plot_comparison", signalled)
-    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
-    with pytest.raises(SystemExit) as stop:
-        main(["compare", "--scenario", "tiny", "--strategies", "felix", "--availability", "avail100", "--seeds", "0",
-              "--set", "max_aggregations=2", "--set", "target_accuracy=none", "--quiet", "--out", str(tmp_path)])
+    # Python's own SIGINT handling, as in a terminal (a suite started in the background by a shell without job
+    # control inherits SIGINT ignored, and an ignored SIGINT stays ignored)
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+        with pytest.raises(SystemExit) as stop:
+            main(["compare", "--scenario", "tiny", "--strategies", "felix", "--availability", "avail100", "--seeds",
+                  "0", "--set", "max_aggregations=2", "--set", "target_accuracy=none", "--quiet", "--out",
+                  str(tmp_path)])
+        assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+    finally:
+        signal.signal(signal.SIGINT, inherited)
     assert stop.value.code == 128 + sig
-    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
     err = capsys.readouterr().err
     assert (f"felix-jax compare: {signal.Signals(sig).name} came after the last cell, as the comparison wrote its "
             f"tables and figures; they are complete in {tmp_path}") in err
