@@ -76,10 +76,27 @@ def ignored_signals(pid: int) -> int | None:
     return int(next(ln.split()[1] for ln in status.splitlines() if ln.startswith("SigIgn:")), 16)
 
 
+def delivered(pid: int, sig: int, timeout: float = 10.0) -> None:
+    """Waits until ``sig`` is no longer pending for ``pid`` (Linux's /proc: its handler has been entered),
+    then 0.2 s for Python to run its handler: a signal sent while the same one is still pending is merged
+    with it, so a second Ctrl-C sent too soon on a loaded machine was no second signal."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            break
+        pending = [int(ln.split()[1], 16) for ln in status.splitlines() if ln.startswith(("SigPnd:", "ShdPnd:"))]
+        if not any(mask & (1 << (sig - 1)) for mask in pending):
+            break
+        time.sleep(0.01)
+    time.sleep(0.2)
+
+
 def interrupt(out: Path, signals: list[tuple[str, int]], rows: int = 3) -> tuple[subprocess.Popen, str]:
     """Starts the matrix, waits until both running cells hold ``rows`` checkpoints, sends each of
-    ``signals`` (("group" or "script", signal), 0.1 s apart), and returns the process and its stderr
-    once it has ended (within a minute, or the test fails)."""
+    ``signals`` (("group" or "script", signal), each once the one before was handled: :func:`delivered`),
+    and returns the process and its stderr once it has ended (within a minute, or the test fails)."""
     proc = start(out)
     cells = [out / "runs" / name for name in RUNNING]
     try:
@@ -90,7 +107,8 @@ def interrupt(out: Path, signals: list[tuple[str, int]], rows: int = 3) -> tuple
         ignored = ignored_signals(proc.pid)
         assert ignored is None or not ignored & (1 << (signal.SIGINT - 1)), "the script ignores SIGINT"
         for k, (to, sig) in enumerate(signals):
-            time.sleep(0.1 if k else 0.0)
+            if k:  # the one before handled first: two signals pending at once are one (a loaded machine)
+                delivered(proc.pid, signals[k - 1][1])
             os.killpg(proc.pid, sig) if to == "group" else os.kill(proc.pid, sig)
         sent = time.time()
         _, err = proc.communicate(timeout=60)
