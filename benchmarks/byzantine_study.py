@@ -37,7 +37,9 @@ over ``dispatched_train``, and ``adversarial_weight_share``).
 ``--rows-from FILE`` reads the rows an earlier study wrote with ``--json`` (on another machine, say: the cell
 folders are not kept with the project) as finished cells: they are not run again, a cell finished under ``--out``
 replaces its recorded row, the others are tabulated as recorded (the runs are deterministic on CPU: a rerun cell gives the same
-curve). The file must hold the same scenario, horizon and settings. Figures are drawn from the cells finished
+curve). The file must hold the same scenario and settings, and a horizon no longer than ``--hours``: from a
+shorter one only the rows of runs that ended before it (target, aggregation limit, diverged) are taken, each
+with ``ran_hours``; the cells stopped at that horizon, or stalled, run again. Figures are drawn from the cells finished
 under ``--out`` only (a recorded row has no events to draw).
 """
 
@@ -142,9 +144,10 @@ def recorded_rows(path: Path, hours: float) -> dict[str, list[dict]]:
         raise ValueError(f"--rows-from {path}: not a study's --json output ({err})") from None
     if doc.get("scenario") != SCENARIO:
         raise ValueError(f"--rows-from {path}: its scenario is {doc.get('scenario')!r}, this study's {SCENARIO!r}")
-    if doc.get("hours") != hours:
-        raise ValueError(f"--rows-from {path}: its cells ran {doc.get('hours')} virtual hours, --hours is {hours:g}: "
-                         "a row is read only for the horizon it ran")
+    ran = doc.get("hours")
+    if not isinstance(ran, (int, float)) or ran > hours:
+        raise ValueError(f"--rows-from {path}: its cells ran {ran} virtual hours, --hours is {hours:g}: "
+                         "a row is read for the horizon it ran or a longer one")
     out = {}
     for setting, rows in recorded.items():
         if setting not in SETTINGS:
@@ -157,8 +160,19 @@ def recorded_rows(path: Path, hours: float) -> dict[str, list[dict]]:
             if r.get("strategy") not in strategies or r.get("availability") not in REGIMES or r.get("seed") not in SEEDS:
                 raise ValueError(f"--rows-from {path}: {setting} row {r.get('strategy')!r} on {r.get('availability')!r}, "
                                  f"seed {r.get('seed')!r} is not one of this study's cells")
+        if ran < hours:  # a longer horizon: only the runs that ended before the shorter one, for their own reason
+            rows = [r | {"ran_hours": r.get("ran_hours", ran)} for r in rows if ended_before_horizon(r)]
         out[setting] = [{**r, "recorded_in": str(path), "_summary": {k: r.get(k) for k in SUMMARY_KEEP}} for r in rows]
     return out
+
+
+def ended_before_horizon(row: dict) -> bool:
+    """A run that reached the target, reached its aggregation limit or diverged before its horizon is the same
+    run under a longer one (the horizon only stops it; checked cell by cell in BENCHMARKS.md). A run stopped at
+    its horizon is not, nor a stalled one (no task came back within the horizon: a longer one may bring its
+    client back)."""
+    reason = str(row.get("stop_reason") or "")
+    return reason in ("target", "max_aggregations") or reason.startswith("diverged")
 
 
 def merged(finished: dict[str, list[dict]], recorded: dict[str, list[dict]]) -> dict[str, list[dict]]:

@@ -467,6 +467,34 @@ def test_byzantine_study_reads_an_earlier_studys_rows_and_a_cell_finished_here_r
         study.recorded_rows(tmp_path / "none.json", 1.5)
 
 
+def test_byzantine_study_takes_from_a_shorter_horizon_only_the_runs_that_ended_before_it(tmp_path):
+    study = load("byzantine_study")
+
+    def row(st, seed, reason):
+        return {"strategy": st, "availability": "ref:syn_50", "seed": seed, "time_to_target_h": None,
+                "final_accuracy": 0.2, "stop_reason": reason}
+    reasons = ["target", "diverged: no client update accepted in 5 buffers in a row", "max_aggregations",
+               "max_virtual_s", "stalled: no pending events (every task waits on a client that does not return "
+               "within the run's horizon)"]
+    rows = [row(st, 0, reason) for st, reason in zip(study.RULES, reasons)]
+    path = tmp_path / "short.json"
+    path.write_text(json.dumps({"scenario": study.SCENARIO, "hours": 1.5, "settings": study.SETTINGS,
+                                "rows": {"sign_flip-30": rows}}))
+    longer = study.recorded_rows(path, 3.0)["sign_flip-30"]
+    assert [r["stop_reason"] for r in longer] == reasons[:3] and {r["ran_hours"] for r in longer} == {1.5}
+    assert len(study.recorded_rows(path, 1.5)["sign_flip-30"]) == 5  # its own horizon: every row
+    # the cells stopped at 1.5 h or stalled run again; the others are not started
+    skip = study.phase_recorded("sign_flip-30", "0", study.recorded_rows(path, 3.0))
+    assert skip == [(st, "ref:syn_50", 0) for st in study.RULES[:3]]
+    # written back at 3 h, a row keeps the horizon it ran, and reads as a 3 h row again
+    again = tmp_path / "long.json"
+    study.main(["--table-only", "--hours", "3", "--out", str(tmp_path / "none"), "--rows-from", str(path),
+                "--json", str(again)])
+    written = json.loads(again.read_text())
+    assert written["hours"] == 3 and [r["ran_hours"] for r in written["rows"]["sign_flip-30"]] == [1.5] * 3
+    assert len(study.recorded_rows(again, 3.0)["sign_flip-30"]) == 3
+
+
 def test_paper_matrix_skip_cell_leaves_only_that_cell_out(tmp_path, monkeypatch):
     pm = load("paper_matrix")
     ran = []
