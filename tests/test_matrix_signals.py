@@ -51,6 +51,48 @@ def test_a_forwarded_stop_leaves_the_processs_own_signal_its_first():
     assert stopped.value.code == 128 + signal.SIGTERM
 
 
+# A process inside the guard after its first Ctrl-C, in a garbage-collection callback (jax registers one, and a
+# busy process spends moments in it) when the second comes: the second must still stop it at once, once the
+# interpreter is out of the callback (raised inside, it was printed as "Exception ignored" and dropped)
+SECOND_IN_GC = """
+import gc, signal, sys, time
+from felix_jax.experiment.stops import StopOnSignals
+def slow(phase, info):
+    time.sleep(0.02)
+try:
+    with StopOnSignals(True) as guard:
+        print("ready", flush=True)
+        while guard.signum is None:
+            time.sleep(0.01)
+        gc.callbacks.append(slow)
+        print("first", flush=True)
+        end = time.time() + 1.5
+        while time.time() < end:  # in the callback nearly all the time: a signal is handled there
+            gc.collect()
+        gc.callbacks.remove(slow)
+        end = time.time() + 4
+        while time.time() < end:  # then out of it
+            time.sleep(0.01)
+        print("went on to the end", flush=True)
+except KeyboardInterrupt:
+    print("stopped at once", flush=True)
+    sys.exit(130)
+"""
+
+
+def test_a_second_ctrl_c_inside_a_gc_callback_still_stops_at_once():
+    proc = subprocess.Popen([sys.executable, "-c", SECOND_IN_GC], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGINT)
+    assert proc.stdout.readline().strip() == "first"
+    time.sleep(0.3)  # in the callback most of the time from now on
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and out.strip() == "stopped at once", (out, err)
+    assert "Exception ignored" not in err, err
+
+
 def start(out: Path) -> subprocess.Popen:
     """The script as a shell with job control starts it: a process group of its own (a terminal's Ctrl-C
     goes to all of it), SIGINT at its default (a suite run in the background hands its children SIGINT

@@ -7,7 +7,9 @@ that stopped to be resumed."""
 
 from __future__ import annotations
 
+import gc
 import json
+import os
 import signal
 import threading
 from pathlib import Path
@@ -40,7 +42,9 @@ class StopOnSignals:
     ``request_stop(reason)``) to stop after the event in progress (stop reason ``"interrupted"``), and
     :attr:`signum` keeps the signal; with nothing attached (a comparison between its cells, or writing a
     finished cell's files) the signal is only kept, for the caller to stop at the next safe point. A
-    second signal stops at once (KeyboardInterrupt for SIGINT, SystemExit(128 + signal) for SIGTERM).
+    second signal stops at once (KeyboardInterrupt for SIGINT, SystemExit(128 + signal) for SIGTERM; one
+    that lands inside a garbage-collection callback, where an exception is dropped, is taken again 0.05 s
+    later).
 
     One guard can serve a whole comparison: entered again (a run inside the comparison's guard) it
     installs nothing more, and the handlers it replaced come back when the outermost ``with`` ends.
@@ -74,8 +78,14 @@ class StopOnSignals:
                 signal.signal(sig, self._handle)
         return self
 
-    def _handle(self, signum: int, _frame) -> None:
+    def _handle(self, signum: int, frame) -> None:
         if self._caught:
+            if in_gc_callback(frame):  # raised there it would be printed as "Exception ignored" and dropped:
+                # the same signal again in a moment, where the interpreter is out of the callback
+                again = threading.Timer(0.05, os.kill, (os.getpid(), signum))
+                again.daemon = True  # a process that ends meanwhile does not wait for it
+                again.start()
+                return
             self._restore()
             if signum == signal.SIGINT:
                 raise KeyboardInterrupt
@@ -115,6 +125,18 @@ class StopOnSignals:
         self._depth -= 1
         if self._depth == 0:
             self._restore()
+
+
+def in_gc_callback(frame) -> bool:
+    """True when ``frame`` (where a signal interrupted the interpreter) runs inside a garbage-collection
+    callback (jax registers one): an exception raised there does not propagate."""
+    codes = {getattr(getattr(cb, "__func__", cb), "__code__", None) for cb in gc.callbacks}
+    codes.discard(None)
+    while frame is not None and codes:
+        if frame.f_code in codes:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def replay_to_last_event(sc: Scenario, settled: int | None, seen: list[Checkpoint], snap_dir: Path,
