@@ -39,7 +39,8 @@ folders are not kept with the project) as finished cells: they are not run again
 replaces its recorded row, the others are tabulated as recorded (the runs are deterministic on CPU: a rerun cell gives the same
 curve). The file must hold the same scenario and settings, and a horizon no longer than ``--hours``: from a
 shorter one only the rows of runs that ended before it (target, aggregation limit, diverged) are taken, each
-with ``ran_hours``; the cells stopped at that horizon, or stalled, run again. Figures are drawn from the cells finished
+with ``ran_hours``; the cells stopped at that horizon, or stalled, run again. The table counts whole seeds
+only (every rule of a setting on both regimes) and names the seeds it leaves out. Figures are drawn from the cells finished
 under ``--out`` only (a recorded row has no events to draw).
 """
 
@@ -185,6 +186,24 @@ def merged(finished: dict[str, list[dict]], recorded: dict[str, list[dict]]) -> 
         if rows:
             out[setting] = rows
     return out
+
+
+def whole_seeds(rows_by: dict[str, list[dict]]) -> tuple[dict[str, list[dict]], list[str]]:
+    """Each setting's rows of the seeds that hold every cell of it (every rule on both regimes), and a note
+    for each seed left out: a table over part of a seed would count only the cells that finished (from a
+    shorter horizon, only those that ended before it: the ones that reached the target)."""
+    whole, partial = {}, []
+    for setting, rows in rows_by.items():
+        cells = len(STRATEGIES.get(setting, RULES)) * len(REGIMES)
+        by_seed = {}
+        for r in rows:
+            by_seed.setdefault(r["seed"], []).append(r)
+        keep = [r for sd, rs in sorted(by_seed.items()) if len(rs) == cells for r in rs]
+        partial += [f"{setting} seed {sd}, {len(rs)} of {cells} cells" for sd, rs in sorted(by_seed.items())
+                    if len(rs) != cells]
+        if keep:
+            whole[setting] = keep
+    return whole, partial
 
 
 def _seeds_note(have: int, of: int) -> str:
@@ -337,7 +356,11 @@ def main(argv=None) -> dict:
             paper_matrix.main(matrix_argv(setting, seeds, out, args.workers, args.hours, left, skip=skip))
     finished = collect(out, args.hours) if out.is_dir() else {}
     rows_by = merged(finished, recorded)
-    table = study_table(rows_by, args.hours)
+    whole, partial = whole_seeds(rows_by)
+    table = study_table(whole, args.hours)
+    if partial:
+        table += ("\nNot in the table (a seed counts only with every cell of its setting): "
+                  + "; ".join(partial) + ". The same command runs the rest.\n")
     print(table)
     n_recorded = sum(1 for rows in rows_by.values() for r in rows if "recorded_in" in r)
     if n_recorded:

@@ -531,8 +531,9 @@ def test_byzantine_study_does_not_rerun_the_cells_rows_from_holds(tmp_path, monk
 def test_byzantine_study_tabulates_a_recorded_study_alone_and_writes_its_counts_back(tmp_path):
     study = load("byzantine_study")
     counts = {"aggregations": 600, "partial_updates": 12, "interrupted_tasks": 12}
-    rows = [{"strategy": st, "availability": "ref:syn_50", "seed": 0, "time_to_target_h": 0.5, "final_accuracy": 0.3,
-             "run_dir": "elsewhere", **counts} for st in study.FEDPROX_FELIX]
+    rows = [{"strategy": st, "availability": rg, "seed": sd, "time_to_target_h": 0.5, "final_accuracy": 0.3,
+             "run_dir": "elsewhere", **counts} for sd in (0, 1) for rg in study.REGIMES for st in study.FEDPROX_FELIX]
+    rows = rows[:-3]  # seed 1 holds one cell of four: out of the table, said so
     earlier = tmp_path / "earlier.json"
     earlier.write_text(json.dumps({"scenario": study.SCENARIO, "hours": 1.5, "settings": study.SETTINGS,
                                    "rows": {"fedprox-felix": rows}}))
@@ -540,6 +541,8 @@ def test_byzantine_study_tabulates_a_recorded_study_alone_and_writes_its_counts_
     result = study.main(["--table-only", "--out", str(tmp_path / "none"), "--rows-from", str(earlier),
                          "--json", str(again)])
     assert "and TierFuse | 50% (ref:syn_50) | 1/1 0.50 h | 0.300 | 600 | 12 | 1/1 0.50 h |" in result["table"]
+    assert "Not in the table (a seed counts only with every cell of its setting): fedprox-felix seed 1, 1 of 4 " \
+           "cells." in result["table"]
     written = json.loads(again.read_text())["rows"]["fedprox-felix"]
     assert all(r[k] == v for r in written for k, v in counts.items()) and "recorded_in" not in written[0]
     assert not (tmp_path / "none" / "fedprox-felix").exists()  # no figures from rows without events
