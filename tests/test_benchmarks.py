@@ -495,6 +495,29 @@ def test_byzantine_study_takes_from_a_shorter_horizon_only_the_runs_that_ended_b
     assert len(study.recorded_rows(again, 3.0)["sign_flip-30"]) == 3
 
 
+def test_a_signal_as_paper_matrix_draws_its_figures_lets_them_finish_then_ends_with_its_status(tmp_path, monkeypatch,
+                                                                                               capsys):
+    import os
+    import signal
+
+    pm = load("paper_matrix")
+    drawn = pm.draw_figures
+
+    def signalled(*a, **kw):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return drawn(*a, **kw)
+
+    monkeypatch.setattr(pm, "draw_figures", signalled)
+    with pytest.raises(SystemExit) as stop:
+        pm.main(["--scenario", "tiny", "--strategies", "felix", "--regimes", "avail100", "--ablations", "",
+                 "--seeds", "0", "--set", "max_aggregations=2", "--set", "target_accuracy=none", "--out",
+                 str(tmp_path), "--json", str(tmp_path / "matrix.json")])
+    assert stop.value.code == 128 + signal.SIGTERM
+    assert "paper_matrix.py: SIGTERM came after the last cell, as the matrix wrote its tables and figures; they " \
+           f"are complete in {tmp_path}" in capsys.readouterr().err
+    assert (tmp_path / "table.md").is_file() and json.loads((tmp_path / "matrix.json").read_text())["rows"]
+
+
 def test_paper_matrix_skip_cell_leaves_only_that_cell_out(tmp_path, monkeypatch):
     pm = load("paper_matrix")
     ran = []
