@@ -51,7 +51,7 @@ from felix_jax.experiment.cells import paper_regime, regime_label
 from felix_jax.experiment.compare import (SUMMARY_COLUMNS, cell_dir, cell_overrides, finished_summary,
                                           plot_comparison, run_matrix)
 from felix_jax.experiment.inputs import missing_data
-from felix_jax.experiment.matrix import MatrixInterrupted, resolve_regimes, stopped_at_once
+from felix_jax.experiment.matrix import MatrixInterrupted, came_after_last_cell, resolve_regimes, stopped_at_once
 from felix_jax.experiment.paper_figures import plot_paper_figures
 from felix_jax.experiment.stops import StopOnSignals
 from felix_jax.experiment.sweep import default_batch
@@ -317,10 +317,9 @@ def main(argv=None) -> dict:
         cells += [(st, rg, sd) for st, rg in args.extra_cell]
     skip = set()
     for st, rg, sd in args.skip_cell:
-        try:
-            cell = (st, *resolve_regimes(base, [rg]), int(sd))
-        except ValueError:
-            raise ValueError(f"--skip-cell {st} {rg} {sd}: the seed is not an integer") from None
+        if not sd.lstrip("-").isdigit():
+            raise ValueError(f"--skip-cell {st} {rg} {sd}: the seed is not an integer")
+        cell = (st, *resolve_regimes(base, [rg]), int(sd))
         if cell not in cells:  # a typo would otherwise skip nothing and rerun the cell it meant
             raise ValueError(f"--skip-cell {st} {rg} {sd}: not one of the cells these arguments ask for")
         skip.add(cell)
@@ -361,7 +360,7 @@ def main(argv=None) -> dict:
                               deadline=time.time() + args.budget_s, plot=False, cell_budget_s=args.cell_budget_s,
                               batch=1 if args.workers > 1 and args.batch is None else batch, executor=args.executor,
                               ray_address=args.ray_address, snapshot_minutes=args.snapshot_minutes,
-                              stop_on_signals=signals if args.executor != "ray" else True)
+                              stop_on_signals=signals)
         except MatrixInterrupted as e:  # the running cells stopped whole, with snapshots: the same command continues
             print(f"paper_matrix.py: {e.explain(out)}", file=sys.stderr)
             raise SystemExit(128 + e.signum)
@@ -387,8 +386,7 @@ def main(argv=None) -> dict:
             if args.json:
                 Path(args.json).write_text(json.dumps(result, indent=2, default=str))
     if signals.signum is not None:
-        print(f"paper_matrix.py: {signal.Signals(signals.signum).name} came after the last cell, as the matrix "
-              f"wrote its tables and figures; they are complete in {out}", file=sys.stderr)
+        print(f"paper_matrix.py: {came_after_last_cell(signals.signum, out, 'the matrix')}", file=sys.stderr)
         raise SystemExit(128 + signals.signum)
     return result
 

@@ -82,6 +82,7 @@ def test_the_shared_reporter_by_hand(capsys):
     (["--table-only", "--out", "/nonexistent/matrix"], "paper_matrix.py: --out /nonexistent/matrix: no such folder"),
     (["--skip-cell", "felx", "avail100", "0"], "paper_matrix.py: --skip-cell felx avail100 0: not one of the cells"),
     (["--skip-cell", "felix", "avail100", "x"], "paper_matrix.py: --skip-cell felix avail100 x: the seed is not an"),
+    (["--skip-cell", "felix", "avail5", "0"], "paper_matrix.py: availability='avail5': unknown availability regime"),
     (["--strategies", "felix", "--regimes", "avail100", "--ablations", "", "--seeds", "0",
       "--skip-cell", "felix", "avail100", "0"], "paper_matrix.py: every cell these arguments ask for is given as"),
     ([], "paper_matrix.py: cifar10-fidelity needs cifar10 (CIFAR-10"),  # the first cell's, with the fetch

@@ -152,9 +152,9 @@ def _compare_locked(args, base, strategies, regimes, seeds, out: Path) -> int:
         with signals:
             _report(args, rows, strategies, regimes, out)
     if signals.signum is not None:
-        name = signal.Signals(signals.signum).name
-        print(f"felix-jax compare: {name} came after the last cell, as the comparison wrote its tables and "
-              f"figures; they are complete in {out}", file=sys.stderr)
+        from ..experiment.matrix import came_after_last_cell
+
+        print(f"felix-jax compare: {came_after_last_cell(signals.signum, out, 'the comparison')}", file=sys.stderr)
         raise SystemExit(128 + signals.signum)
     return 0
 
@@ -170,8 +170,7 @@ def _run_cells(args, base, strategies, regimes, seeds, out: Path, signals) -> li
         batch = default_batch() if args.batch is None else args.batch
         return run_matrix(base, strategies, regimes, seeds, out, progress=not args.quiet, resume=not args.overwrite,
                           batch=batch, executor=args.executor, ray_address=args.ray_address, writers=args.writers,
-                          ray_max_retries=args.ray_max_retries,
-                          stop_on_signals=signals if args.executor != "ray" else True)
+                          ray_max_retries=args.ray_max_retries, stop_on_signals=signals)
     except (*USER_ERRORS, CellChanged, ImportError, ClusterError) as e:  # ImportError: --executor ray without Ray
         more = ""
         if isinstance(e, PluginError) and e.snapshot is not None:  # its cell keeps a stop snapshot

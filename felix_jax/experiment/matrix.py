@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 import sys
 import time
 from pathlib import Path
@@ -61,6 +62,13 @@ def stopped_at_once(out: Path) -> str:
     snapshot): what ``out`` keeps, and how to continue."""
     return (f"interrupted, stopped at once; finished cells are kept in {out}/runs, and the same command continues "
             "from them (a cell stopped at once starts again)")
+
+
+def came_after_last_cell(signum: int, out: Path, what: str) -> str:
+    """The line for a comparison (``what``) that a signal reached after its last cell, as it wrote its tables
+    and figures: they were finished first, and the caller then exits with 128 + ``signum``."""
+    return (f"{signal.Signals(signum).name} came after the last cell, as {what} wrote its tables and figures; "
+            f"they are complete in {out}")
 
 
 def resolve_regimes(base: Scenario, regimes: list[str]) -> list[str]:
@@ -201,7 +209,7 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
                deadline: float = math.inf, plot: bool = True, cell_budget_s: float | None = None,
                batch: int = 1, executor: str = "local", ray_address: str | None = None,
                snapshot_minutes: float | None = None, writers=(), ray_max_retries: int = 3,
-               stop_on_signals: bool = False) -> list[dict]:
+               stop_on_signals=False) -> list[dict]:
     """Runs every (strategy, regime, seed) cell (or the given ``cells``) and writes ``summary.csv``.
 
     ``resume``: a cell whose folder already holds this scenario's ``config.json`` and a
@@ -225,7 +233,8 @@ def run_matrix(base: Scenario, strategies: list[str], regimes: list[str], seeds:
     signal while a finished cell writes its files lets it finish them first. ``summary.csv`` is
     written, then :class:`MatrixInterrupted` is raised; the same call again continues from there
     (cell by cell, in sweep batches and in ``workers``: cell_pool.py forwards the stop to them; not
-    with Ray). In ``workers`` each cell prints a line when it starts and a progress line every
+    with Ray, where Ctrl-C stops at once). A :class:`~.stops.StopOnSignals` guard (a caller's, entered
+    around its reporting too) serves as given. In ``workers`` each cell prints a line when it starts and a progress line every
     :data:`CELL_LINES_EVERY_S` seconds, and the comparison's ETA honours the deadline, the workers
     and ``cell_budget_s`` (progress.comparison_eta).
     """
